@@ -1,0 +1,1 @@
+"""Turning raw sources (books, jsonl, parquet, datasets) into megaeval inputs (installed as megaeval.data_prep)."""

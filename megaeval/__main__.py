@@ -1,0 +1,5 @@
+"""python -m megaeval"""
+
+from .cli import main
+
+main()

@@ -1,0 +1,153 @@
+"""Model families behind the StreamingLM contract, and `load_model`."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import fail
+from .base import StreamingLM, Tokenizer
+from .megalodon import adapter as megalodon_adapter
+from .megalodon import is_checkpoint_dir as is_megalodon_dir
+
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "assets" / "megalodon-tiny"
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+    "double": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: how to recognise its checkpoints and how to load them."""
+
+    detect: Callable[[Path], bool]
+    load: Callable[..., StreamingLM]
+
+
+FAMILIES: dict[str, Family] = {
+    "megalodon": Family(detect=is_megalodon_dir, load=megalodon_adapter.load),
+}
+
+
+def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
+    """Split a model spec into (family, path). `None` means the embedded default model."""
+    if spec is None or str(spec) == "":
+        return "megalodon", DEFAULT_MODEL
+    text = str(spec)
+    prefix, sep, rest = text.partition(":")
+    if sep and prefix in FAMILIES:
+        return prefix, Path(rest).expanduser()
+    path = Path(text).expanduser()
+    if sep and not path.exists() and prefix.isidentifier():
+        raise fail(
+            f"unknown model family {prefix!r} in spec {text!r}",
+            f"use a checkpoint directory or one of: {', '.join(f + ':PATH' for f in FAMILIES)}",
+        )
+    if not path.exists():
+        raise fail(f"model not found: {text}", "pass a checkpoint directory (or FAMILY:PATH)")
+    for name, family in FAMILIES.items():
+        if path.is_dir() and family.detect(path):
+            return name, path
+    config = path / "config.json"
+    if config.is_file():
+        try:
+            json.loads(config.read_text())
+        except ValueError as e:
+            raise fail(f"{config} is not valid JSON ({e})") from None
+    raise fail(
+        f"cannot tell which model family {text} is",
+        f"it is not an official MEGALODON checkpoint; name the family: {', '.join(f + ':PATH' for f in FAMILIES)}",
+    )
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    """torch dtype from a name such as 'float32' or 'bf16'."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in DTYPES:
+        raise fail(f"unknown dtype {name!r}", "use float32, float64, bfloat16 or float16")
+    return DTYPES[name]
+
+
+def parse_device(name: str | torch.device) -> torch.device:
+    """torch device, checked to exist."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise fail(f"unknown device {name!r}", "use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise fail(f"device {name} requested but CUDA is not available", "use --device cpu")
+    return device
+
+
+def parse_model_args(text: str | None) -> dict[str, Any]:
+    """Parse 'k=v,k2=v2' into a dict; true/false become bools and numbers become numbers."""
+    options: dict[str, Any] = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise fail(f"bad --model-args item {item!r}", "write key=value pairs separated by commas")
+        options[key.strip()] = _parse_value(value.strip())
+    return options
+
+
+def _parse_value(value: str) -> Any:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def load_model(
+    spec: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    **options: Any,
+) -> StreamingLM:
+    """Load a model as a StreamingLM. `spec`: a checkpoint dir, FAMILY:PATH, or None for the default model."""
+    family, path = parse_spec(spec)
+    loader = FAMILIES[family].load
+    accepted = [p for p in inspect.signature(loader).parameters if p not in ("path", "device", "dtype")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise fail(f"unknown option(s) {', '.join(unknown)} for {family} models", f"accepted: {', '.join(accepted)}")
+    lm = loader(path, device=parse_device(device), dtype=parse_dtype(dtype), **options)
+    lm.spec = f"{family}:{path}"
+    return lm
+
+
+__all__ = [
+    "StreamingLM",
+    "Tokenizer",
+    "FAMILIES",
+    "DEFAULT_MODEL",
+    "load_model",
+    "parse_spec",
+    "parse_model_args",
+    "parse_dtype",
+    "parse_device",
+]

@@ -1,0 +1,51 @@
+"""The StreamingLM contract shared by every model family."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Protocol
+
+import torch
+
+
+class Tokenizer(Protocol):
+    """What megaeval needs from a tokenizer."""
+
+    vocab_size: int
+    bos_id: int
+    eos_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class StreamingLM(ABC):
+    """A language model that consumes tokens in calls of any size, carrying a state between calls.
+
+    Feeding a sequence in one call or split into any sequence of calls gives the same outputs, and
+    a state's size does not grow with the number of tokens consumed. `forward` and `score` never
+    modify the state passed in: they return a new one, so a state can be reused (or `.clone()`d).
+    """
+
+    family: str
+    tokenizer: Tokenizer
+    max_context: int | None  # None: unlimited (state-carrying models)
+    device: torch.device
+    dtype: torch.dtype
+
+    @abstractmethod
+    def init_state(self, batch_size: int) -> Any:
+        """A fresh state for `batch_size` independent sequences."""
+
+    @abstractmethod
+    def forward(self, tokens: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """Logits [B, T, V] (float32, float64 for float64 models) for tokens [B, T], and the new state."""
+
+    @abstractmethod
+    def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """Per-token NLL [B, T] of `targets` given `inputs` (target -100 scores 0), and the new state."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Facts about the loaded model for `megaeval info` and reports."""

@@ -1,0 +1,17 @@
+"""MEGALODON: the model, its official checkpoint layout, and its StreamingLM adapter."""
+
+from .adapter import NORM_STATS, MegalodonLM, load
+from .checkpoint import is_checkpoint_dir, save_checkpoint
+from .config import ModelArgs
+from .model import Megalodon, MegalodonState
+
+__all__ = [
+    "NORM_STATS",
+    "MegalodonLM",
+    "load",
+    "is_checkpoint_dir",
+    "save_checkpoint",
+    "ModelArgs",
+    "Megalodon",
+    "MegalodonState",
+]

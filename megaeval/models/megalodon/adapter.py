@@ -1,0 +1,233 @@
+"""MEGALODON behind the StreamingLM contract: loading, streaming forward/score, norm-statistics modes.
+
+Norm-statistics modes (`norm_stats`):
+
+* ``cumulative`` (default): the exact model. Every TimestepNorm uses the statistics of every token
+  since the start of the sequence, however long it is.
+* ``official-window``: what the official evaluation script (megalodon/inference.py) computes. It
+  feeds 2 chunks per step; once a step ends at position e >= 8 chunks, and more tokens follow, it
+  re-runs the model from scratch over tokens [e - 6 chunks, e) and replaces every TimestepNorm's
+  statistics (all layers and the final norm) with those of that fresh pass, keeping the CEMA states
+  and the attention cache. Norm statistics therefore cover at most the last 6-8 chunks. Refreshes
+  happen at absolute positions that are multiples of 2 chunks, so any split into calls gives the
+  same result. One difference remains: for a sequence of an odd number n >= 9 of full chunks plus a
+  partial one, inference.py also refreshes at n chunks (its last step holds 1 chunk); megaeval
+  does not, because a streaming model cannot know where the sequence will end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ...errors import fail
+from ...tokenizers import SentencePieceTokenizer
+from ..base import StreamingLM
+from . import checkpoint
+from .config import ModelArgs
+from .model import Megalodon, MegalodonState, complex_dtype
+
+NORM_STATS = ("cumulative", "official-window")
+WINDOW_STEP_CHUNKS = 2  # inference.py: MAX_CHUNKS_PER_BATCH
+WINDOW_START_CHUNKS = 8  # inference.py: TRUNCATE_CHUNKS
+WINDOW_CHUNKS = WINDOW_START_CHUNKS - WINDOW_STEP_CHUNKS
+TARGET_STEP_TOKENS = 2048  # tokens per internal step in cumulative mode (bounds activation memory)
+IGNORE_INDEX = -100
+
+
+class MegalodonLM(StreamingLM):
+    """A MEGALODON checkpoint as a StreamingLM with unlimited context."""
+
+    family = "megalodon"
+    max_context = None
+
+    def __init__(
+        self,
+        model: Megalodon,
+        tokenizer: SentencePieceTokenizer,
+        info: checkpoint.CheckpointInfo | None,
+        norm_stats: str = "cumulative",
+    ):
+        if norm_stats not in NORM_STATS:
+            raise fail(f"unknown norm_stats {norm_stats!r}", f"use one of: {', '.join(NORM_STATS)}")
+        self.model = model.eval().requires_grad_(False)
+        self.args: ModelArgs = model.args
+        self.tokenizer = tokenizer
+        self.info = info
+        self.norm_stats = norm_stats
+        self.device = model.embed.weight.device
+        self.dtype = model.embed.weight.dtype
+        chunk = self.args.chunk_size
+        if norm_stats == "official-window":
+            self.step = WINDOW_STEP_CHUNKS * chunk  # refreshes happen between steps
+        else:
+            self.step = chunk * max(1, TARGET_STEP_TOKENS // chunk)
+
+    # ------------------------------------------------------------------------------- contract
+
+    def init_state(self, batch_size: int) -> MegalodonState:
+        """A fresh state for `batch_size` sequences."""
+        state = self.model.init_state(batch_size)
+        if self.norm_stats == "official-window":
+            state.history = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
+        return state
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, state: MegalodonState) -> tuple[torch.Tensor, MegalodonState]:
+        """Logits [B, T, V] for tokens [B, T] after `state`, and the state after them."""
+        tokens = self._check_tokens(tokens, state)
+        logits: list[torch.Tensor] = []
+        state = self._run(tokens, state, lambda start, hidden: logits.append(self.model.logits(hidden)))
+        if not logits:
+            out_dtype = torch.promote_types(self.dtype, torch.float32)
+            return torch.zeros(tokens.shape[0], 0, self.args.out_size, dtype=out_dtype, device=self.device), state
+        return torch.cat(logits, dim=1), state
+
+    @torch.inference_mode()
+    def score(
+        self, inputs: torch.Tensor, targets: torch.Tensor, state: MegalodonState
+    ) -> tuple[torch.Tensor, MegalodonState]:
+        """NLL [B, T] of each target given the inputs so far; at most one chunk of logits is alive."""
+        inputs = self._check_tokens(inputs, state)
+        targets = torch.as_tensor(targets, device=self.device)
+        if targets.shape != inputs.shape:
+            raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
+        B, T = inputs.shape
+        nll = torch.zeros(B, T, dtype=torch.promote_types(self.dtype, torch.float32), device=self.device)
+        chunk = self.args.chunk_size
+
+        def score_step(start: int, hidden: torch.Tensor) -> None:
+            for s in range(start, start + hidden.shape[1], chunk):  # one chunk of logits at a time
+                logits = self.model.logits(hidden[:, s - start : s - start + chunk])
+                e = s + logits.shape[1]
+                nll[:, s:e] = F.cross_entropy(
+                    logits.flatten(0, 1), targets[:, s:e].flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+                ).view(B, -1)
+
+        state = self._run(inputs, state, score_step)
+        return nll, state
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _check_tokens(self, tokens: Any, state: MegalodonState) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens, device=self.device)
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
+        if tokens.shape[0] != state.final_norm.mean.shape[0]:
+            raise fail(
+                f"tokens have batch size {tokens.shape[0]} but the state was made for {state.final_norm.mean.shape[0]}",
+                "use init_state(batch_size) with the same batch size",
+            )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.args.vocab_size):
+            raise fail(
+                f"token ids must lie in [0, {self.args.vocab_size}), got [{int(tokens.min())}, {int(tokens.max())}]",
+                "encode with this model's tokenizer",
+            )
+        return tokens.long()
+
+    def _run(
+        self, tokens: torch.Tensor, state: MegalodonState, consume: Callable[[int, torch.Tensor], None]
+    ) -> MegalodonState:
+        """Run the model over `tokens` in steps aligned to multiples of `self.step`, handing each step's
+        start and hidden states to `consume`; return the state after the last token."""
+        T = tokens.shape[1]
+        start = 0
+        while start < T:
+            end = min(T, start + self.step - (state.position % self.step))
+            piece = tokens[:, start:end]
+            if self.norm_stats == "official-window":
+                state = self._refresh_if_due(state)
+            hidden, state = self.model(piece, state)
+            if state.history is not None:
+                keep = WINDOW_CHUNKS * self.args.chunk_size
+                state = replace(state, history=torch.cat([state.history, piece], dim=1)[:, -keep:])
+            consume(start, hidden)
+            start = end
+        return state
+
+    def _refresh_if_due(self, state: MegalodonState) -> MegalodonState:
+        """inference.py's truncation: replace norm statistics with a fresh pass over the last 6 chunks."""
+        chunk = self.args.chunk_size
+        pos = state.position
+        if pos == 0 or pos % (WINDOW_STEP_CHUNKS * chunk) or pos < WINDOW_START_CHUNKS * chunk:
+            return state
+        _, fresh = self.model(state.history, self.model.init_state(state.history.shape[0]))
+        layers = [replace(old, norm=new.norm) for old, new in zip(state.layers, fresh.layers, strict=True)]
+        return replace(state, layers=layers, final_norm=fresh.final_norm)
+
+    # ------------------------------------------------------------------------------- facts
+
+    def state_bytes(self, batch_size: int = 1) -> int:
+        """Largest size of a state: reached with a chunk that lacks one token (and full history)."""
+        a = self.args
+        real = torch.empty(0, dtype=self.dtype).element_size()
+        cplx = torch.empty(0, dtype=complex_dtype(self.dtype)).element_size()
+        norm = 2 * a.norm_num_groups * 8
+        per_layer = norm + a.model_dim * a.cema_ndim * cplx + (a.chunk_size - 1) * (a.z_dim + a.value_dim) * real
+        history = WINDOW_CHUNKS * a.chunk_size * 8 if self.norm_stats == "official-window" else 0
+        return batch_size * (a.num_layers * per_layer + norm + history)
+
+    def parameter_count(self) -> int:
+        """Number of distinct parameters (a shared embedding counts once)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for `megaeval info` and reports."""
+        return {
+            "family": self.family,
+            "path": None if self.info is None else str(self.info.path),
+            "config": self.args.to_dict(),
+            "parameters": self.parameter_count(),
+            "chunk_size": self.args.chunk_size,
+            "max_context": self.max_context,
+            "state_bytes_per_sequence": self.state_bytes(1),
+            "norm_stats": self.norm_stats,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "stored_dtype": None if self.info is None else self.info.stored_dtype,
+            "model_parallel_size": None if self.info is None else self.info.model_parallel_size,
+            "tokenizer": self.tokenizer.describe(),
+        }
+
+
+def load(
+    path: str | Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    norm_stats: str = "cumulative",
+    tokenizer: str | None = None,
+) -> MegalodonLM:
+    """Load an official-layout MEGALODON checkpoint directory."""
+    info = checkpoint.read_info(path, tokenizer=tokenizer)
+    tok = SentencePieceTokenizer(info.tokenizer_path, info.additional_vocab_size)
+    if tok.vocab_size != info.args.vocab_size:
+        raise fail(
+            f"tokenizer vocabulary ({tok.sp_vocab_size} pieces + {tok.additional_vocab_size} additional = "
+            f"{tok.vocab_size}) does not match model.vocab_size {info.args.vocab_size} in config.json",
+            "pass --model-args tokenizer=PATH with the tokenizer this model was trained with",
+        )
+    with torch.device("meta"):
+        model = Megalodon(info.args)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    state = checkpoint.load_state_dict(info)
+    checkpoint.check_state_dict(state, expected, info.args.share_emb)
+    if info.args.share_emb and "output.output.weight" in state:
+        if not torch.equal(state["output.output.weight"], state["embed.weight"]):
+            raise fail(
+                "config.json sets share_emb but output.output.weight differs from embed.weight",
+                "check that config.json belongs to these weights",
+            )
+    state = {k: v for k, v in state.items() if k in expected}
+    state = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device)) for k, v in state.items()}
+    if info.args.share_emb:
+        state["output.output.weight"] = state["embed.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    if info.args.share_emb:
+        model.output.output.weight = model.embed.weight
+    return MegalodonLM(model, tok, info, norm_stats=norm_stats)

@@ -1,0 +1,107 @@
+"""MEGALODON model arguments, under the official ModelConf field names."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from ...errors import fail
+
+# Fields of the official ModelConf that only matter for training; accepted and ignored here.
+TRAINING_ONLY = {
+    "efficient_attn",
+    "init_mode",
+    "dropout",
+    "hidden_dropout",
+    "attention_dropout",
+    "layerwise_ckpt",
+    "custom_bwd",
+    "loss_parallel",
+}
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """Architecture of a MEGALODON model (defaults are the official ModelConf defaults)."""
+
+    num_layers: int = 8
+    model_dim: int = 1024
+    z_dim: int = 256
+    value_dim: int = 2048
+    num_heads: int = 1
+    ffn_hidden_dim: int = 2048
+    cema_ndim: int = 16
+    chunk_size: int = 2048
+    vocab_size: int = -1
+    output_size: int = -1  # -1: same as vocab_size
+    norm_num_groups: int = 32
+    norm_affine: bool = True
+    norm_eps: float = 1e-5
+    rope_base: float | None = None  # None: 10000
+    swiglu: bool = False
+    rescale_nffn: bool = False
+    scale_emb: bool = False
+    share_emb: bool = False
+
+    @property
+    def out_size(self) -> int:
+        """Size of the output layer."""
+        return self.vocab_size if self.output_size == -1 else self.output_size
+
+    @property
+    def z_head_dim(self) -> int:
+        return self.z_dim // self.num_heads
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.value_dim // self.num_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict under the official field names."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> ModelArgs:
+        """Parse the `model` section of an official config.json, rejecting unknown fields."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known - TRAINING_ONLY)
+        if unknown:
+            raise fail(
+                f"{source}: unknown model field(s) {', '.join(unknown)}",
+                "megaeval reads the official MEGALODON ModelConf fields only",
+            )
+        args = cls(**{k: v for k, v in raw.items() if k in known})
+        args.validate(source)
+        return args
+
+    def validate(self, source: str = "config") -> None:
+        """Raise a MegaevalError naming the first inconsistent field."""
+        positive = (
+            "num_layers",
+            "model_dim",
+            "z_dim",
+            "value_dim",
+            "num_heads",
+            "ffn_hidden_dim",
+            "cema_ndim",
+            "chunk_size",
+            "norm_num_groups",
+            "vocab_size",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise fail(f"{source}: model.{name} must be a positive integer, got {value!r}")
+        checks = [
+            (self.z_dim % self.num_heads == 0, "z_dim must be divisible by num_heads"),
+            (self.value_dim % self.num_heads == 0, "value_dim must be divisible by num_heads"),
+            (self.z_head_dim % 2 == 0, "z_dim / num_heads must be even (rotary embedding)"),
+            (self.model_dim % self.norm_num_groups == 0, "model_dim must be divisible by norm_num_groups"),
+            (self.output_size == -1 or self.output_size > 0, "output_size must be -1 or positive"),
+            (not self.share_emb or self.out_size == self.vocab_size, "share_emb needs output_size == vocab_size"),
+            (self.norm_eps > 0, "norm_eps must be positive"),
+            (self.rope_base is None or self.rope_base > 0, "rope_base must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise fail(f"{source}: {message}")

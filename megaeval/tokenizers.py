@@ -1,0 +1,81 @@
+"""SentencePiece tokenizer with the official MEGALODON special-token rules."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .errors import fail
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece model plus `additional_vocab_size` placeholder ids after its own vocabulary.
+
+    As in the official loader, BOS/EOS come from the sentencepiece model when it defines them (or when
+    there is no additional vocabulary); otherwise they take the first additional ids, BOS then EOS.
+    """
+
+    def __init__(self, path: str | Path, additional_vocab_size: int = 0):
+        import sentencepiece as spm
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise fail(f"tokenizer file not found: {self.path}", "pass tokenizer=PATH to point at the .model file")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except Exception as e:  # sentencepiece raises bare RuntimeError/OSError on bad files
+            raise fail(f"cannot read sentencepiece model {self.path}: {e}".splitlines()[0]) from None
+        self.sp_vocab_size = self.sp.get_piece_size()
+        self.additional_vocab_size = int(additional_vocab_size)
+        self.vocab_size = self.sp_vocab_size + self.additional_vocab_size
+        used = 0
+        ids = {}
+        for name, sp_id in (("bos", self.sp.bos_id()), ("eos", self.sp.eos_id())):
+            if sp_id != -1 or self.additional_vocab_size == 0:
+                ids[name] = sp_id
+            else:
+                ids[name] = self.sp_vocab_size + used
+                used += 1
+        self.bos_id: int = ids["bos"]
+        self.eos_id: int = ids["eos"]
+        self._sha256: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        """Checksum of the tokenizer file (identifies the tokenizer in manifests and reports)."""
+        if self._sha256 is None:
+            self._sha256 = file_sha256(self.path)
+        return self._sha256
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS."""
+        return self.sp.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of several texts."""
+        return self.sp.encode(texts)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of `ids`; placeholder ids past the sentencepiece vocabulary decode to nothing."""
+        return self.sp.decode([i for i in ids if 0 <= i < self.sp_vocab_size])
+
+    def describe(self) -> dict:
+        """Facts recorded in reports."""
+        return {
+            "kind": "sentencepiece",
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "additional_vocab_size": self.additional_vocab_size,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }

@@ -1,0 +1,1 @@
+"""Evaluation task definitions as data (installed as megaeval.suites)."""

@@ -1,0 +1,66 @@
+"""Shared fixtures: a small trained tokenizer and random checkpoints in the official layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from megaeval.data_prep.tokenizer import train_sentencepiece
+
+from megaeval.models.megalodon import Megalodon, ModelArgs, save_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+AUSTEN = REPO / "data_prep" / "corpora" / "austen"
+VOCAB = 512
+
+
+def small_args(**overrides) -> ModelArgs:
+    """A small MEGALODON with every feature on: 2 heads, SwiGLU, groups, chunk 8."""
+    base = dict(
+        num_layers=2,
+        model_dim=16,
+        z_dim=8,
+        value_dim=24,
+        num_heads=2,
+        ffn_hidden_dim=32,
+        cema_ndim=4,
+        chunk_size=8,
+        vocab_size=VOCAB,
+        norm_num_groups=4,
+        swiglu=True,
+    )
+    return ModelArgs(**{**base, **overrides})
+
+
+def random_model(args: ModelArgs | None = None, seed: int = 0, dtype: torch.dtype = torch.float64) -> Megalodon:
+    """Official-style init, then every norm weight, bias and q/k offset perturbed so each is exercised."""
+    model = Megalodon(args or small_args()).init_weights(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "norm.bias", ".bias", "mega.gamma", "mega.beta", "nffn.alpha")):
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+@pytest.fixture(scope="session")
+def sp_model(tmp_path_factory) -> Path:
+    """A 512-piece sentencepiece model trained on the start of Persuasion."""
+    folder = tmp_path_factory.mktemp("tokenizer")
+    text = folder / "excerpt.txt"
+    text.write_text((AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    return train_sentencepiece([text], folder / "sp.model", vocab_size=VOCAB)
+
+
+@pytest.fixture
+def make_checkpoint(tmp_path, sp_model):
+    """Write a random small checkpoint in the official layout; returns its directory."""
+
+    def make(
+        args: ModelArgs | None = None, *, shards: int = 1, seed: int = 0, dtype: str = "fp32", name: str = "ckpt"
+    ) -> Path:
+        model = random_model(args, seed, torch.float32)
+        return save_checkpoint(model, tmp_path / name, sp_model, shards=shards, dtype=dtype)
+
+    return make
