@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,hf,plot]'
 	touch $@
 
 # pytest exits 5 when it collects nothing: say so, and fail (a silent pass would hide a broken setup).
@@ -22,8 +22,20 @@ test: setup
 	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; fi; exit $$rc
 
+# The embedded tiny MEGALODON, offline: a perplexity sweep on the held-out Austen novel (table + plot),
+# then the bundled SCROLLS (QMSum) and academic samples. Interrupted? Run it again: every step resumes.
+DEMO_STREAM := runs/demo/persuasion
+SAMPLES := data_prep/samples
 demo: setup
 	$(BIN)/megaeval info
+	$(BIN)/megaeval prep-books data_prep/corpora/austen/persuasion.txt --out $(DEMO_STREAM) --force
+	$(BIN)/megaeval ppl-sweep --stream $(DEMO_STREAM) --lengths 256,512,1K,2K,4K,8K,16K --batch-size 8 \
+		--out reports/demo.json --resume
+	$(BIN)/megaeval plot reports/demo.json --out reports/demo_ppl.png --position-curve
+	$(BIN)/megaeval scrolls --tasks qmsum --data-dir $(SAMPLES)/scrolls --limit 2 --max-new-tokens 64 \
+		--out reports/demo_scrolls.json --samples reports/demo_scrolls.jsonl --resume
+	$(BIN)/megaeval academic --data-dir $(SAMPLES) --limit 10 \
+		--out reports/demo_academic.json --samples reports/demo_academic.jsonl --resume
 
 lint: setup
 	$(BIN)/ruff check .

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from .errors import MegaevalError
+from .sweep import DEFAULT_LENGTHS
 
 app = typer.Typer(
     add_completion=False,
@@ -35,6 +36,10 @@ ModelArgsOpt = Annotated[
 ]
 DtypeOpt = Annotated[str, typer.Option(help="float32, float64, bfloat16 or float16.")]
 DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
+KernelsOpt = Annotated[
+    str | None,
+    typer.Option(help="MEGALODON kernels: auto (default: Triton on CUDA, PyTorch otherwise), triton or torch."),
+]
 
 
 def user_errors(fn):
@@ -71,12 +76,14 @@ def info(
     model_args: ModelArgsOpt = "",
     dtype: DtypeOpt = "float32",
     device: DeviceOpt = "cpu",
+    kernels: KernelsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """What a checkpoint is: architecture, sizes, chunk, state bytes, tokenizer."""
-    from .models import load_model, parse_model_args
+    from .models import load_model, model_options, parse_model_args
 
-    facts = load_model(model, device=device, dtype=dtype, **parse_model_args(model_args)).describe()
+    options = model_options(model, parse_model_args(model_args), kernels=kernels)
+    facts = load_model(model, device=device, dtype=dtype, **options).describe()
     if as_json:
         print(json.dumps(facts, indent=2))
         return
@@ -113,6 +120,273 @@ def info(
     for key, value in rows:
         table.add_row(key, str(value))
     Console().print(table)
+
+
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="Checkpoint dir or FAMILY:PATH; default: the embedded tiny model.")
+]
+
+
+@app.command("prep-books")
+@user_errors
+def prep_books(
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="Folders of .txt/.txt.gz books, .jsonl/.parquet files, "
+            "save_to_disk folders, or hub dataset NAME[:SPLIT]."
+        ),
+    ],
+    out: Annotated[str, typer.Option(help="Output folder for tokens.bin and manifest.json.")],
+    tokenizer: Annotated[str | None, typer.Option(help="A sentencepiece .model file.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Use this model's tokenizer (default: the embedded model's, when --tokenizer is not given)."
+        ),
+    ] = None,
+    model_args: ModelArgsOpt = "",
+    seed: Annotated[int, typer.Option(help="Seed of the book shuffle.")] = 0,
+    min_tokens: Annotated[int, typer.Option(help="Keep only books with at least this many tokens.")] = 0,
+    text_field: Annotated[str, typer.Option(help="Field holding the text in jsonl/parquet/datasets rows.")] = "text",
+    bos: Annotated[bool, typer.Option(help="Start every book with BOS.")] = True,
+    eos: Annotated[bool, typer.Option(help="End every book with EOS.")] = True,
+    workers: Annotated[int | None, typer.Option(help="Tokenizer processes; default: all cores.")] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing stream in --out.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Shuffle books, wrap each in BOS...EOS, and tokenize them once into a memory-mapped stream."""
+    from .data_prep.books import prepare_books
+    from .errors import fail
+    from .models import parse_model_args
+
+    if tokenizer is not None and (model is not None or model_args):
+        raise fail("pass either --tokenizer or --model (with --model-args), not both")
+    spec = {"tokenizer": tokenizer} if tokenizer else {"model": model, "model_args": parse_model_args(model_args)}
+    manifest = prepare_books(sources, out, spec, seed=seed, min_tokens=min_tokens, text_field=text_field, bos=bos,
+                             eos=eos, workers=workers, progress=progress, force=force)  # fmt: skip
+    print(
+        f"{out}: {manifest['total_tokens']:,} tokens ({manifest['dtype']}) from {len(manifest['books'])} books "
+        f"({len(manifest['dropped'])} under --min-tokens, {len(manifest['empty'])} empty), seed {seed}"
+    )
+
+
+@app.command("ppl-sweep")
+@user_errors
+def ppl_sweep(
+    stream: Annotated[str, typer.Option(help="Books stream directory made by `megaeval prep-books`.")],
+    model: ModelOpt = None,
+    model_args: ModelArgsOpt = "",
+    lengths: Annotated[str, typer.Option(help="Context lengths; K = 1024, M = 1048576.")] = DEFAULT_LENGTHS,
+    tokens: Annotated[
+        str | None, typer.Option(help="Targets N scored at every length; default: the most that fit.")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Segments of one length scored together.")] = 1,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "float32",
+    norm_stats: Annotated[
+        str | None, typer.Option(help="MEGALODON norm statistics: cumulative (default) or official-window.")
+    ] = None,
+    kernels: KernelsOpt = None,
+    window_policy: Annotated[
+        str, typer.Option(help="Lengths beyond a model's max_context: error, disjoint or sliding:S.")
+    ] = "error",
+    schedule: Annotated[
+        str, typer.Option(help="shared (shared-prefix reuse) or naive (every segment run).")
+    ] = "shared",
+    out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/ppl_sweep.json",
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Perplexity of a books stream at context lengths 4K ... 2M, every length scoring the same tokens."""
+    from .models import parse_model_args
+    from .sweep import SweepSettings, run_ppl_sweep
+
+    settings = SweepSettings(
+        stream=stream, model=model, model_args=parse_model_args(model_args), lengths=lengths, tokens=tokens,
+        batch_size=batch_size, device=device, dtype=dtype, norm_stats=norm_stats, kernels=kernels,
+        window_policy=window_policy, schedule=schedule, out=out, resume=resume,
+    )  # fmt: skip
+    report = run_ppl_sweep(settings, progress=progress)
+    print(sweep_summary(report), end="")
+    print(f"report: {out}")
+
+
+def sweep_summary(report: dict) -> str:
+    """One ppl-sweep report as a table: a row per context length."""
+    from .report import format_length, format_value, render
+
+    header = ["context", "segments", "ppl", "bits/byte", "word ppl", "tok/s", "peak mem", "seconds"]
+    rows = []
+    for r in report["results"]["lengths"]:
+        rows.append([
+            format_length(r["context_length"]), str(r["segments"]), format_value(r["ppl"]),
+            "" if r["bits_per_byte"] is None else f"{r['bits_per_byte']:.4f}",
+            "" if r["word_ppl"] is None else format_value(r["word_ppl"]),
+            "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
+            human_bytes(r["peak_memory_bytes"]), f"{r['seconds']:.1f}",
+        ])  # fmt: skip
+    res = report["results"]
+    title = (
+        f"{report['model'].get('family')} on {report['data']['tokens_scored']:,} tokens per length "
+        f"({res['schedule']}: {res['tokens_processed']:,} processed for {res['tokens_scored']:,} scored)"
+    )
+    return render(header, rows, "table", title=title)
+
+
+@app.command("scrolls")
+@user_errors
+def scrolls(
+    model: ModelOpt = None,
+    model_args: ModelArgsOpt = "",
+    tasks: Annotated[str, typer.Option(help="Comma-separated: narrative_qa, qasper, qmsum, or all.")] = (
+        "narrative_qa,qasper,qmsum"
+    ),
+    data_dir: Annotated[
+        str | None,
+        typer.Option(
+            help="Local data: DIR/<task>/<split>.jsonl|.parquet; default: the hub's tau/scrolls parquet export."
+        ),
+    ] = None,
+    split: Annotated[str | None, typer.Option(help="Split to evaluate; default: validation.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N examples of each task.")] = None,
+    shots: Annotated[int | None, typer.Option(help="Few-shot exemplars; default per task: 0 / 2 / 1.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the exemplar draw.")] = 0,
+    template: Annotated[str | None, typer.Option(help="Prompt template; default '{CONTEXT} Q: {QUESTION} A:'.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Default per task: 64 / 128 / 512.")] = None,
+    stop: Annotated[
+        list[str] | None, typer.Option(help="Stop string (repeatable; escapes like \\n allowed); default: newline.")
+    ] = None,
+    truncation: Annotated[
+        str, typer.Option(help="Fixed-context models: drop document tokens from the middle, left or right.")
+    ] = "middle",
+    bos: Annotated[bool, typer.Option(help="Start every prompt with BOS.")] = True,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "float32",
+    kernels: KernelsOpt = None,
+    predictions: Annotated[
+        str | None, typer.Option(help="Score these predictions (JSONL: task, id, prediction) without a model.")
+    ] = None,
+    out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/scrolls.json",
+    samples: Annotated[str | None, typer.Option(help="Per-example JSONL: prompt size, prediction, scores.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """SCROLLS NarrativeQA (F1), Qasper (F1) and QMSum (geometric ROUGE) with the paper's prompt."""
+    import codecs
+
+    from .models import parse_model_args
+    from .scrolls import ScrollsSettings, run_scrolls
+
+    settings = ScrollsSettings(
+        model=model, model_args=parse_model_args(model_args), tasks=tasks, data_dir=data_dir, split=split,
+        limit=limit, shots=shots, seed=seed, template=template, max_new_tokens=max_new_tokens,
+        stop=None if stop is None else [codecs.decode(s, "unicode_escape") for s in stop], truncation=truncation,
+        bos=bos, device=device, dtype=dtype, kernels=kernels, predictions=predictions, out=out, samples=samples,
+        resume=resume,
+    )  # fmt: skip
+    report = run_scrolls(settings, progress=progress)
+    print(task_summary(report), end="")
+    print(f"report: {out}")
+
+
+@app.command("academic")
+@user_errors
+def academic(
+    model: ModelOpt = None,
+    model_args: ModelArgsOpt = "",
+    tasks: Annotated[
+        str,
+        typer.Option(
+            help="all, or a comma list of: hellaswag, piqa, siqa, winogrande, "
+            "arc_easy, arc_challenge, boolq, mmlu, nq_open, triviaqa."
+        ),
+    ] = "all",
+    shots: Annotated[
+        int | None,
+        typer.Option(
+            help="Few-shot exemplars for every task; default per task (5 for MMLU, NQ, TriviaQA; 0 otherwise)."
+        ),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N documents (per subject for MMLU).")] = None,
+    data_dir: Annotated[
+        str | None,
+        typer.Option(help="Local data: DIR/<task>/<split>.jsonl|.parquet|.csv in the hub schema; default: the hub."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random few-shot sampler (lm-evaluation-harness's).")] = 1234,
+    bos: Annotated[bool, typer.Option(help="Start every context with BOS.")] = True,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "float32",
+    kernels: KernelsOpt = None,
+    out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/academic.json",
+    samples: Annotated[
+        str | None, typer.Option(help="Per-document JSONL: log-likelihoods, prediction, scores.")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """The short-context suite of Table 1 (MMLU, BoolQ, HellaSwag, ...), as lm-evaluation-harness defines it."""
+    from .academic import AcademicSettings, run_academic
+    from .models import parse_model_args
+
+    settings = AcademicSettings(
+        model=model, model_args=parse_model_args(model_args), tasks=tasks, shots=shots, limit=limit,
+        data_dir=data_dir, seed=seed, bos=bos, device=device, dtype=dtype, kernels=kernels, out=out,
+        samples=samples, resume=resume,
+    )  # fmt: skip
+    report = run_academic(settings, progress=progress)
+    print(task_summary(report), end="")
+    average = report["results"].get("average")
+    if isinstance(average, dict):
+        average = average.get("value")
+    if average is not None:
+        print(f"average over tasks: {average:.4f}")
+    print(f"report: {out}")
+
+
+def task_summary(report: dict) -> str:
+    """Per-task results of a scrolls or academic report as a table."""
+    from .report import render, report_label
+
+    rows = []
+    for task, r in report["results"].items():
+        if isinstance(r, dict) and "n" in r:
+            metric = r.get("metric", "acc")
+            rows.append([task, str(r["n"]), metric, f"{r[metric]:.4f}" if r[metric] is not None else ""])
+    title = f"{report['command']}: {report_label(report, 'predictions')}"
+    return render(["task", "n", "metric", "score"], rows, "table", title=title)
+
+
+@app.command("report")
+@user_errors
+def report_cmd(
+    reports: Annotated[list[str], typer.Argument(help="Report JSON files.")],
+    fmt: Annotated[str, typer.Option("--format", help="table, markdown or csv.")] = "table",
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            help="ppl-sweep: ppl (default), bits_per_byte, word_ppl, ...; other reports: a result key "
+            "such as exact_match (default: each task's headline metric)."
+        ),
+    ] = None,
+) -> None:
+    """Reports side by side: a row per context length (ppl-sweep) or per task, a column per report."""
+    from .report import compare
+
+    print(compare(reports, fmt=fmt, metric=metric), end="")
+
+
+@app.command("plot")
+@user_errors
+def plot_cmd(
+    reports: Annotated[list[str], typer.Argument(help="ppl-sweep report JSON files.")],
+    out: Annotated[str, typer.Option(help="Picture file: .png, .svg or .pdf.")],
+    position_curve: Annotated[bool, typer.Option(help="Add the per-position NLL curve panel.")] = False,
+) -> None:
+    """Perplexity against context length (log2 axis), one line per report."""
+    from .plot import plot_reports
+
+    print(f"plot: {plot_reports(reports, out, position_curve=position_curve)}")
 
 
 def main() -> None:

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+import numpy as np
+
 from .errors import fail
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from .files import file_sha256
 
 
 class SentencePieceTokenizer:
@@ -59,6 +52,12 @@ class SentencePieceTokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without BOS/EOS."""
         return self.sp.encode(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Token ids of `text` as an int32 array, without building a Python int per token."""
+        if hasattr(self.sp, "encode_as_numpy"):
+            return np.asarray(self.sp.encode_as_numpy(text), dtype=np.int32)
+        return np.asarray(self.sp.encode(text), dtype=np.int32)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of several texts."""

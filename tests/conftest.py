@@ -64,3 +64,49 @@ def make_checkpoint(tmp_path, sp_model):
         return save_checkpoint(model, tmp_path / name, sp_model, shards=shards, dtype=dtype)
 
     return make
+
+
+def write_stream(
+    out_dir: Path, texts: list[str], tokenizer_path: Path | None, bos: bool = True, eos: bool = True, tokenizer=None
+) -> Path:
+    """A books stream in prep-books' format, written directly: books in the given order, no shuffle."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    from megaeval.tokenizers import SentencePieceTokenizer
+
+    tok = tokenizer or SentencePieceTokenizer(tokenizer_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ids, books = [], []
+    for i, text in enumerate(texts):
+        encoded = tok.encode(text)
+        books.append({
+            "id": f"book{i}", "source": 0, "sha256": hashlib.sha256(text.encode()).hexdigest(), "file_sha256": None,
+            "offset": len(ids), "tokens": len(encoded), "bytes": len(text.encode()), "words": len(text.split()),
+        })  # fmt: skip
+        ids += [tok.bos_id] * bos + encoded + [tok.eos_id] * eos
+    data = np.asarray(ids, dtype=np.uint16).tobytes()
+    (out_dir / "tokens.bin").write_bytes(data)
+    manifest = {
+        "schema_version": 1, "kind": "megaeval-books-stream", "megaeval_version": "test", "created": "now",
+        "tokens_file": "tokens.bin", "dtype": "uint16", "total_tokens": len(ids),
+        "tokens_sha256": hashlib.sha256(data).hexdigest(), "seed": 0, "min_tokens": 0, "text_field": "text",
+        "bos": bos, "eos": eos, "tokenizer": tok.describe(), "sources": [], "books": books, "dropped": [],
+        "empty": [], "total_bytes": sum(b["bytes"] for b in books), "total_words": sum(b["words"] for b in books),
+    }  # fmt: skip
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return out_dir
+
+
+@pytest.fixture
+def make_stream(tmp_path, sp_model):
+    """Write a books stream of excerpts of Austen novels (or given texts) with the test tokenizer."""
+
+    def make(texts: list[str] | None = None, name: str = "stream", **kwargs) -> Path:
+        if texts is None:
+            texts = [(AUSTEN / f"{b}.txt").read_text(encoding="utf-8")[:3000] for b in ("emma", "persuasion")]
+        return write_stream(tmp_path / name, texts, sp_model, **kwargs)
+
+    return make

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..errors import fail
+from . import hf
 from .base import StreamingLM, Tokenizer
 from .megalodon import adapter as megalodon_adapter
 from .megalodon import is_checkpoint_dir as is_megalodon_dir
@@ -39,10 +40,14 @@ class Family:
 
     detect: Callable[[Path], bool]
     load: Callable[..., StreamingLM]
+    load_tokenizer: Callable[..., Tokenizer]
 
 
 FAMILIES: dict[str, Family] = {
-    "megalodon": Family(detect=is_megalodon_dir, load=megalodon_adapter.load),
+    "megalodon": Family(
+        detect=is_megalodon_dir, load=megalodon_adapter.load, load_tokenizer=megalodon_adapter.load_tokenizer
+    ),
+    "hf": Family(detect=hf.is_hf_dir, load=hf.load, load_tokenizer=hf.load_tokenizer),
 }
 
 
@@ -63,7 +68,7 @@ def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
     if not path.exists():
         raise fail(f"model not found: {text}", "pass a checkpoint directory (or FAMILY:PATH)")
     for name, family in FAMILIES.items():
-        if path.is_dir() and family.detect(path):
+        if family.detect(path):
             return name, path
     config = path / "config.json"
     if config.is_file():
@@ -122,6 +127,13 @@ def _parse_value(value: str) -> Any:
     return value
 
 
+def _check_options(family: str, options: dict[str, Any]) -> None:
+    accepted = [p for p in inspect.signature(FAMILIES[family].load).parameters if p not in ("path", "device", "dtype")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise fail(f"unknown option(s) {', '.join(unknown)} for {family} models", f"accepted: {', '.join(accepted)}")
+
+
 def load_model(
     spec: str | Path | None = None,
     device: str | torch.device = "cpu",
@@ -130,14 +142,36 @@ def load_model(
 ) -> StreamingLM:
     """Load a model as a StreamingLM. `spec`: a checkpoint dir, FAMILY:PATH, or None for the default model."""
     family, path = parse_spec(spec)
-    loader = FAMILIES[family].load
-    accepted = [p for p in inspect.signature(loader).parameters if p not in ("path", "device", "dtype")]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise fail(f"unknown option(s) {', '.join(unknown)} for {family} models", f"accepted: {', '.join(accepted)}")
-    lm = loader(path, device=parse_device(device), dtype=parse_dtype(dtype), **options)
+    _check_options(family, options)
+    lm = FAMILIES[family].load(path, device=parse_device(device), dtype=parse_dtype(dtype), **options)
     lm.spec = f"{family}:{path}"
     return lm
+
+
+def model_options(spec: str | Path | None, model_args: dict[str, Any], **flags: Any) -> dict[str, Any]:
+    """--model-args plus family flags given on the command line (None: not given), checked against the family.
+
+    `norm_stats` and `kernels` apply to MEGALODON only; a non-default value for another family is an error.
+    """
+    family, _ = parse_spec(spec)
+    options = dict(model_args)
+    accepted = inspect.signature(FAMILIES[family].load).parameters
+    defaults = {"norm_stats": "cumulative", "kernels": "auto"}
+    for name, value in flags.items():
+        if value is None:
+            continue
+        if name in accepted:
+            options[name] = value
+        elif value != defaults.get(name):
+            raise fail(f"--{name.replace('_', '-')} {value} applies to MEGALODON models only, not {family}")
+    return options
+
+
+def load_tokenizer(spec: str | Path | None = None, **options: Any) -> Tokenizer:
+    """The tokenizer of a model spec (same options as `load_model`), without loading the weights."""
+    family, path = parse_spec(spec)
+    _check_options(family, options)
+    return FAMILIES[family].load_tokenizer(path, **options)
 
 
 __all__ = [

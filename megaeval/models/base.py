@@ -19,13 +19,16 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: list[int]) -> str: ...
 
+    def describe(self) -> dict[str, Any]: ...
+
 
 class StreamingLM(ABC):
     """A language model that consumes tokens in calls of any size, carrying a state between calls.
 
-    Feeding a sequence in one call or split into any sequence of calls gives the same outputs, and
-    a state's size does not grow with the number of tokens consumed. `forward` and `score` never
-    modify the state passed in: they return a new one, so a state can be reused (or `.clone()`d).
+    Feeding a sequence in one call or split into any sequence of calls gives the same outputs.
+    `forward` and `score` return the new state and may update the one passed in; to reuse a state
+    (a few-shot prefix, say), pass `state.clone()`. State-carrying models (max_context None) keep
+    a state whose size does not grow with the number of tokens consumed.
     """
 
     family: str
@@ -49,3 +52,7 @@ class StreamingLM(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Facts about the loaded model for `megaeval info` and reports."""
+
+    def weights_sha256(self) -> str | None:
+        """Checksum of the weights as stored (identifies the model in reports), or None if unknown."""
+        return None

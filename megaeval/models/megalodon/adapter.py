@@ -17,15 +17,17 @@ Norm-statistics modes (`norm_stats`):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ...errors import fail
+from ...files import file_sha256
+from ...kernels import select
 from ...tokenizers import SentencePieceTokenizer
 from ..base import StreamingLM
 from . import checkpoint
@@ -36,7 +38,7 @@ NORM_STATS = ("cumulative", "official-window")
 WINDOW_STEP_CHUNKS = 2  # inference.py: MAX_CHUNKS_PER_BATCH
 WINDOW_START_CHUNKS = 8  # inference.py: TRUNCATE_CHUNKS
 WINDOW_CHUNKS = WINDOW_START_CHUNKS - WINDOW_STEP_CHUNKS
-TARGET_STEP_TOKENS = 2048  # tokens per internal step in cumulative mode (bounds activation memory)
+STEP_TOKENS = 2048  # tokens (all batch rows together) per internal step in cumulative mode: bounds activations
 IGNORE_INDEX = -100
 
 
@@ -52,6 +54,7 @@ class MegalodonLM(StreamingLM):
         tokenizer: SentencePieceTokenizer,
         info: checkpoint.CheckpointInfo | None,
         norm_stats: str = "cumulative",
+        kernels: str = "auto",
     ):
         if norm_stats not in NORM_STATS:
             raise fail(f"unknown norm_stats {norm_stats!r}", f"use one of: {', '.join(NORM_STATS)}")
@@ -60,13 +63,13 @@ class MegalodonLM(StreamingLM):
         self.tokenizer = tokenizer
         self.info = info
         self.norm_stats = norm_stats
+        self._weights_sha256: str | None = None
         self.device = model.embed.weight.device
         self.dtype = model.embed.weight.dtype
+        self.kernels = kernels  # requested: auto, triton or torch (megaeval.kernels.select)
+        self.model.use_kernels(select(kernels, self.device, self.dtype))
         chunk = self.args.chunk_size
-        if norm_stats == "official-window":
-            self.step = WINDOW_STEP_CHUNKS * chunk  # refreshes happen between steps
-        else:
-            self.step = chunk * max(1, TARGET_STEP_TOKENS // chunk)
+        self.window_step = WINDOW_STEP_CHUNKS * chunk if norm_stats == "official-window" else None
 
     # ------------------------------------------------------------------------------- contract
 
@@ -103,11 +106,9 @@ class MegalodonLM(StreamingLM):
 
         def score_step(start: int, hidden: torch.Tensor) -> None:
             for s in range(start, start + hidden.shape[1], chunk):  # one chunk of logits at a time
-                logits = self.model.logits(hidden[:, s - start : s - start + chunk])
-                e = s + logits.shape[1]
-                nll[:, s:e] = F.cross_entropy(
-                    logits.flatten(0, 1), targets[:, s:e].flatten(), ignore_index=IGNORE_INDEX, reduction="none"
-                ).view(B, -1)
+                piece = hidden[:, s - start : s - start + chunk]
+                e = s + piece.shape[1]
+                nll[:, s:e] = self.model.nll(piece, targets[:, s:e])
 
         state = self._run(inputs, state, score_step)
         return nll, state
@@ -133,12 +134,13 @@ class MegalodonLM(StreamingLM):
     def _run(
         self, tokens: torch.Tensor, state: MegalodonState, consume: Callable[[int, torch.Tensor], None]
     ) -> MegalodonState:
-        """Run the model over `tokens` in steps aligned to multiples of `self.step`, handing each step's
+        """Run the model over `tokens` in steps aligned to multiples of `step`, handing each step's
         start and hidden states to `consume`; return the state after the last token."""
         T = tokens.shape[1]
+        step = self.step(tokens.shape[0])
         start = 0
         while start < T:
-            end = min(T, start + self.step - (state.position % self.step))
+            end = min(T, start + step - (state.position % step))
             piece = tokens[:, start:end]
             if self.norm_stats == "official-window":
                 state = self._refresh_if_due(state)
@@ -149,6 +151,14 @@ class MegalodonLM(StreamingLM):
             consume(start, hidden)
             start = end
         return state
+
+    def step(self, batch_size: int) -> int:
+        """Tokens per row per internal step: whole chunks, about STEP_TOKENS for the whole batch (the
+        official-window mode steps 2 chunks at a time, as inference.py does)."""
+        if self.window_step is not None:
+            return self.window_step
+        chunk = self.args.chunk_size
+        return chunk * max(1, STEP_TOKENS // (batch_size * chunk))
 
     def _refresh_if_due(self, state: MegalodonState) -> MegalodonState:
         """inference.py's truncation: replace norm statistics with a fresh pass over the last 6 chunks."""
@@ -172,6 +182,17 @@ class MegalodonLM(StreamingLM):
         history = WINDOW_CHUNKS * a.chunk_size * 8 if self.norm_stats == "official-window" else 0
         return batch_size * (a.num_layers * per_layer + norm + history)
 
+    def weights_sha256(self) -> str | None:
+        """sha256 of the weight file, or of the shards' checksums in rank order."""
+        if self.info is None:
+            return None
+        if self._weights_sha256 is None:
+            digests = [file_sha256(p) for p in self.info.weight_files]
+            self._weights_sha256 = (
+                digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(digests).encode()).hexdigest()
+            )
+        return self._weights_sha256
+
     def parameter_count(self) -> int:
         """Number of distinct parameters (a shared embedding counts once)."""
         return sum(p.numel() for p in self.model.parameters())
@@ -187,12 +208,29 @@ class MegalodonLM(StreamingLM):
             "max_context": self.max_context,
             "state_bytes_per_sequence": self.state_bytes(1),
             "norm_stats": self.norm_stats,
+            "kernels": {"requested": self.kernels, "backend": self.model.ops.backend},
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
             "stored_dtype": None if self.info is None else self.info.stored_dtype,
             "model_parallel_size": None if self.info is None else self.info.model_parallel_size,
             "tokenizer": self.tokenizer.describe(),
         }
+
+
+def load_tokenizer(path: str | Path, *, tokenizer: str | None = None, **_model_options: Any) -> SentencePieceTokenizer:
+    """The tokenizer of a MEGALODON checkpoint, checked against its config, without loading weights."""
+    return _checked_tokenizer(checkpoint.read_info(path, tokenizer=tokenizer))
+
+
+def _checked_tokenizer(info: checkpoint.CheckpointInfo) -> SentencePieceTokenizer:
+    tok = SentencePieceTokenizer(info.tokenizer_path, info.additional_vocab_size)
+    if tok.vocab_size != info.args.vocab_size:
+        raise fail(
+            f"tokenizer vocabulary ({tok.sp_vocab_size} pieces + {tok.additional_vocab_size} additional = "
+            f"{tok.vocab_size}) does not match model.vocab_size {info.args.vocab_size} in config.json",
+            "pass --model-args tokenizer=PATH with the tokenizer this model was trained with",
+        )
+    return tok
 
 
 def load(
@@ -202,16 +240,11 @@ def load(
     *,
     norm_stats: str = "cumulative",
     tokenizer: str | None = None,
+    kernels: str = "auto",
 ) -> MegalodonLM:
     """Load an official-layout MEGALODON checkpoint directory."""
     info = checkpoint.read_info(path, tokenizer=tokenizer)
-    tok = SentencePieceTokenizer(info.tokenizer_path, info.additional_vocab_size)
-    if tok.vocab_size != info.args.vocab_size:
-        raise fail(
-            f"tokenizer vocabulary ({tok.sp_vocab_size} pieces + {tok.additional_vocab_size} additional = "
-            f"{tok.vocab_size}) does not match model.vocab_size {info.args.vocab_size} in config.json",
-            "pass --model-args tokenizer=PATH with the tokenizer this model was trained with",
-        )
+    tok = _checked_tokenizer(info)
     with torch.device("meta"):
         model = Megalodon(info.args)
     expected = {k: v.shape for k, v in model.state_dict().items()}
@@ -230,4 +263,4 @@ def load(
     model.load_state_dict(state, strict=True, assign=True)
     if info.args.share_emb:
         model.output.output.weight = model.embed.weight
-    return MegalodonLM(model, tok, info, norm_stats=norm_stats)
+    return MegalodonLM(model, tok, info, norm_stats=norm_stats, kernels=kernels)

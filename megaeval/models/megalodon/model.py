@@ -8,6 +8,10 @@ makes any split of a sequence into calls equal to one call over the whole sequen
 Per layer the state is: the TimestepNorm statistics (count, per-group mean and variance, kept in
 float64), the CEMA hidden state (complex), and the keys/values of the current partial attention
 chunk. Attention never crosses a chunk boundary, so nothing else needs to be remembered.
+
+The four hot operations (TimestepNorm, CEMA, chunk-local attention, output projection + NLL) are
+computed by `self.ops`: the plain-PyTorch references in megaeval.kernels unless `use_kernels` picks
+the Triton kernels there.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...kernels.attention import apply_rope, chunked_attention  # noqa: F401  (the references, re-exported)
+from ...kernels.cema import complex_powers  # noqa: F401
+from ...kernels.common import acc_dtype
+from ...kernels.dispatch import TORCH, Ops
+from ...kernels.nll import nll_from_logits
 from .config import ModelArgs
-
-
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Accumulation dtype: float64 for float64 models, float32 otherwise (as the official kernels)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def complex_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -89,26 +93,11 @@ class MegalodonState:
 # ------------------------------------------------------------------------------ TimestepNorm
 
 
-def cumulative_moments(step_mean: Tensor, step_var: Tensor, state: NormState) -> tuple[Tensor, Tensor, NormState]:
-    """Running mean/variance after each timestep, each timestep one equally weighted group sample.
-
-    step_mean, step_var: [B, T, G] float64 moments of each timestep's group. Returns the pooled
-    mean and (population) variance over the carried statistics and timesteps 1..t, for every t.
-    Sums are taken around the carried mean so that float64 keeps them exact over long streams.
-    """
-    T = step_mean.shape[1]
-    n = state.count + torch.arange(1, T + 1, dtype=torch.float64, device=step_mean.device)[:, None]
-    d = step_mean - state.mean[:, None]
-    s1 = d.cumsum(1)
-    s2 = (step_var + d * d).cumsum(1)
-    mean = state.mean[:, None] + s1 / n
-    var = ((state.count * state.var[:, None] + s2) / n - (s1 / n) ** 2).clamp_min(0)
-    return mean, var, NormState(state.count + T, mean[:, -1], var[:, -1])
-
-
 class TimestepNorm(nn.Module):
     """Group norm whose statistics are cumulative over time: the mean and variance of each group
-    over every timestep so far, the current one included."""
+    over every timestep so far, the current one included (megaeval.kernels.timestep_norm)."""
+
+    ops: Ops = TORCH
 
     def __init__(self, dim: int, num_groups: int, eps: float):
         super().__init__()
@@ -125,45 +114,19 @@ class TimestepNorm(nn.Module):
         return NormState(int(self.prior_count), mean, var)
 
     def forward(self, x: Tensor, state: NormState) -> tuple[Tensor, NormState]:
-        B, T, D = x.shape
-        acc = acc_dtype(x.dtype)
-        xg = x.view(B, T, self.num_groups, D // self.num_groups)
-        step_var, step_mean = torch.var_mean(xg.double(), dim=-1, correction=0)  # exact for any input dtype
-        mean, var, state = cumulative_moments(step_mean, step_var, state)
-        rstd = torch.rsqrt(var + self.eps).to(acc)
-        y = ((xg.to(acc) - mean.to(acc)[..., None]) * rstd[..., None]).view(B, T, D)
-        y = y * (self.weight.to(acc) + 1.0) + self.bias.to(acc)
-        return y.to(x.dtype), state
+        y, mean, var = self.ops.timestep_norm(x, self.weight, self.bias, state.count, state.mean, state.var, self.eps)
+        return y, NormState(state.count + x.shape[1], mean, var)
 
 
 # -------------------------------------------------------------------------------------- CEMA
 
 
-def complex_powers(log_q: Tensor, length: int, dtype: torch.dtype) -> Tensor:
-    """q**t for t in [0, length) as [..., length] of `dtype`.
-
-    Written q**(b*K + j) = (q**K)**b * q**j with both factors from float64 exponents, so the
-    phase stays accurate for long calls even when the result is complex64.
-    """
-    K = math.isqrt(max(length - 1, 0)) + 1
-    j = torch.arange(K, dtype=torch.float64, device=log_q.device)
-    small = torch.exp(log_q[..., None] * j).to(dtype)
-    large = torch.exp(log_q[..., None] * (j * K)).to(dtype)
-    return (large[..., :, None] * small[..., None, :]).flatten(-2)[..., :length]
-
-
-def causal_fft_conv(x: Tensor, kernel: Tensor) -> Tensor:
-    """y[..., t] = sum_{s<=t} kernel[..., t-s] x[..., s], by FFT. x: [B, D, T], kernel: [D, T]."""
-    T = x.shape[-1]
-    n = 1 << (2 * T - 1).bit_length()
-    y = torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(kernel, n=n), n=n)
-    return y[..., :T]
-
-
 class MultiHeadComplexEMA(nn.Module):
     """Complex exponential moving average: per dimension d and component n,
     h_t = p x_t + q h_{t-1},  y_t = Re(sum_n gamma_n h_t,n) + omega x_t,
-    with p = sigmoid(alpha), q = (1 - sigmoid(alpha) sigmoid(delta)) exp(i n theta_d)."""
+    with p = sigmoid(alpha), q = (1 - sigmoid(alpha) sigmoid(delta)) exp(i n theta_d) (megaeval.kernels.cema)."""
+
+    ops: Ops = TORCH
 
     def __init__(self, dim: int, ndim: int):
         super().__init__()
@@ -187,24 +150,11 @@ class MultiHeadComplexEMA(nn.Module):
 
     def forward(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
         """x: [B, T, D], h: [B, D, N] complex carried state. Returns y [B, T, D] and the new state."""
-        T = x.shape[1]
-        cdt, rdt = h.dtype, acc_dtype(x.dtype)
         p, log_q, gamma = self.coefficients()
-        q_pow = complex_powers(log_q, T + 1, cdt)  # [D, N, T+1]
-        xt = x.to(rdt).transpose(1, 2)  # [B, D, T]
-        kernel = ((p * gamma).to(cdt)[..., None] * q_pow[..., :T]).real.sum(1)  # [D, T]
-        y = causal_fft_conv(xt, kernel)
-        y = y + torch.einsum("bdn,dnt->bdt", h * gamma.to(cdt), q_pow[..., 1:]).real  # carried state
-        y = y + self.omega.to(rdt) * xt
-        reversed_pow = q_pow[..., :T].flip(-1)  # q**(T-1-s)
-        injected = torch.complex(
-            torch.einsum("bds,dns->bdn", xt, reversed_pow.real), torch.einsum("bds,dns->bdn", xt, reversed_pow.imag)
-        )
-        h = p.to(cdt) * injected + q_pow[..., T] * h
-        return y.transpose(1, 2).to(x.dtype), h
+        return self.ops.cema(x, h, p, log_q, gamma, self.omega)
 
 
-# ------------------------------------------------------------------------- norms and rotary
+# ------------------------------------------------------------------------------------ norms
 
 
 def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
@@ -238,72 +188,13 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, x.shape[-1:], weight, self.bias, self.eps)
 
 
-def apply_rope(x: Tensor, positions: Tensor, base: float) -> Tensor:
-    """Rotary embedding on adjacent pairs (x[2i], x[2i+1]). x: [B, T, H, d], positions: [T]."""
-    d = x.shape[-1]
-    acc = acc_dtype(x.dtype)
-    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
-    angle = positions.to(torch.float64)[:, None] * inv_freq  # [T, d/2]
-    cos, sin = angle.cos().to(acc)[:, None, :], angle.sin().to(acc)[:, None, :]
-    x0, x1 = x.to(acc).unflatten(-1, (d // 2, 2)).unbind(-1)
-    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2).to(x.dtype)
-
-
-# ---------------------------------------------------------------------------------- attention
-
-
-def _attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Softmax attention with scale 1; query i sees keys j <= i + (len(k) - len(q)). [B, L, H, d]."""
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    Tq, Tk = q.shape[2], k.shape[2]
-    if Tq == Tk:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
-    else:
-        offset = Tk - Tq
-        mask = torch.arange(Tk, device=q.device)[None, :] <= torch.arange(Tq, device=q.device)[:, None] + offset
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
-    return out.transpose(1, 2)
-
-
-def chunked_attention(
-    q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, chunk: int, rope_base: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Causal attention that never crosses a chunk boundary, continuing a partial chunk.
-
-    q, k: [B, T, H, dz] before rotation; v: [B, T, H, dv]; the caches hold the rotated keys and
-    values of the current partial chunk. Rotary positions restart at 0 in every chunk. Returns the
-    output [B, T, H, dv] and the caches for the chunk that is partial after this call.
-    """
-    B, T, H, _ = q.shape
-    c = k_cache.shape[1]
-    positions = (c + torch.arange(T, device=q.device)) % chunk
-    q, k = apply_rope(q, positions, rope_base), apply_rope(k, positions, rope_base)
-    keys, values = torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1)  # start on a boundary
-
-    head = min(T, chunk - c)  # queries that finish the current chunk
-    parts = [_attend(q[:, :head], keys[:, : c + head], values[:, : c + head])]
-    n_full = (T - head) // chunk
-    if n_full:  # whole chunks, batched together
-        s, e = head, head + n_full * chunk
-
-        def by_chunk(t: Tensor) -> Tensor:
-            return t.reshape(B * n_full, chunk, *t.shape[2:])
-
-        out = _attend(by_chunk(q[:, s:e]), by_chunk(keys[:, c + s : c + e]), by_chunk(values[:, c + s : c + e]))
-        parts.append(out.reshape(B, n_full * chunk, H, -1))
-    tail = T - head - n_full * chunk  # queries of a new partial chunk
-    if tail:
-        parts.append(_attend(q[:, T - tail :], keys[:, c + T - tail :], values[:, c + T - tail :]))
-
-    kept = (c + T) % chunk
-    return torch.cat(parts, dim=1), keys[:, c + T - kept :], values[:, c + T - kept :]
-
-
 # ------------------------------------------------------------------------------------ blocks
 
 
 class MovingAverageGatedAttention(nn.Module):
-    """TimestepNorm -> CEMA -> gated chunk-local attention, with a residual connection."""
+    """TimestepNorm -> CEMA -> gated chunk-local attention (megaeval.kernels.attention), with a residual connection."""
+
+    ops: Ops = TORCH
 
     def __init__(self, a: ModelArgs):
         super().__init__()
@@ -334,7 +225,7 @@ class MovingAverageGatedAttention(nn.Module):
         v = F.silu(self.wv(out_tsn))
         r = F.silu(self.wr(mx))
 
-        attn, k_cache, v_cache = chunked_attention(
+        attn, k_cache, v_cache = self.ops.chunked_attention(
             q.view(B, T, H, -1),
             k.view(B, T, H, -1),
             v.view(B, T, H, -1),
@@ -392,6 +283,8 @@ class OutputLayer(nn.Module):
 class Megalodon(nn.Module):
     """The MEGALODON language model (inference only)."""
 
+    ops: Ops = TORCH
+
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.args = args
@@ -434,6 +327,19 @@ class Megalodon(nn.Module):
     def logits(self, hidden: Tensor) -> Tensor:
         """Output-layer logits, in float32 (float64 for float64 models)."""
         return self.output.output(hidden).to(torch.promote_types(hidden.dtype, torch.float32))
+
+    def nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        """Per-token NLL [B, T] of targets (-100 scores 0) after final hidden states [B, T, D]."""
+        if self.ops.backend == "torch":  # the reference: all [B, T, V] logits, then cross-entropy
+            return nll_from_logits(self.logits(hidden), targets)
+        return self.ops.linear_nll(hidden, self.output.output.weight, targets)
+
+    def use_kernels(self, ops: Ops) -> Megalodon:
+        """Compute TimestepNorm, CEMA, attention and the NLL with `ops` (megaeval.kernels.select)."""
+        for module in self.modules():
+            if isinstance(module, (Megalodon, TimestepNorm, MultiHeadComplexEMA, MovingAverageGatedAttention)):
+                module.ops = ops
+        return self
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> Megalodon:

@@ -1,0 +1,155 @@
+"""CEMA, MEGALODON's complex exponential moving average, over a call of T tokens with its state carried.
+
+Per dimension d and component n:  h_t = p x_t + q h_{t-1},  y_t = Re(sum_n gamma_n h_t,n) + omega x_t.
+The reference convolves by FFT; the Triton kernel runs the recurrence in float32 with the complex
+numbers as (real, imaginary) pairs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .common import acc_dtype, cdiv, check_input, interpreting, jit, next_pow2, tl
+
+# ----------------------------------------------------------------------------------- reference
+
+
+def complex_powers(log_q: Tensor, length: int, dtype: torch.dtype) -> Tensor:
+    """q**t for t in [0, length) as [..., length] of `dtype`.
+
+    Written q**(b*K + j) = (q**K)**b * q**j with both factors from float64 exponents, so the
+    phase stays accurate for long calls even when the result is complex64.
+    """
+    K = math.isqrt(max(length - 1, 0)) + 1
+    j = torch.arange(K, dtype=torch.float64, device=log_q.device)
+    small = torch.exp(log_q[..., None] * j).to(dtype)
+    large = torch.exp(log_q[..., None] * (j * K)).to(dtype)
+    return (large[..., :, None] * small[..., None, :]).flatten(-2)[..., :length]
+
+
+def causal_fft_conv(x: Tensor, kernel: Tensor) -> Tensor:
+    """y[..., t] = sum_{s<=t} kernel[..., t-s] x[..., s], by FFT. x: [B, D, T], kernel: [D, T]."""
+    T = x.shape[-1]
+    n = 1 << (2 * T - 1).bit_length()
+    y = torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(kernel, n=n), n=n)
+    return y[..., :T]
+
+
+def cema(x: Tensor, h: Tensor, p: Tensor, log_q: Tensor, gamma: Tensor, omega: Tensor) -> tuple[Tensor, Tensor]:
+    """Reference CEMA. x: [B, T, D]; h: [B, D, N] complex carried state; p [D, N] real, log q and
+    gamma [D, N] complex (float64); omega [D, 1]. Returns y [B, T, D] and the new state."""
+    T = x.shape[1]
+    cdt, rdt = h.dtype, acc_dtype(x.dtype)
+    q_pow = complex_powers(log_q, T + 1, cdt)  # [D, N, T+1]
+    xt = x.to(rdt).transpose(1, 2)  # [B, D, T]
+    kernel = ((p * gamma).to(cdt)[..., None] * q_pow[..., :T]).real.sum(1)  # [D, T]
+    y = causal_fft_conv(xt, kernel)
+    y = y + torch.einsum("bdn,dnt->bdt", h * gamma.to(cdt), q_pow[..., 1:]).real  # carried state
+    y = y + omega.to(rdt) * xt
+    reversed_pow = q_pow[..., :T].flip(-1)  # q**(T-1-s)
+    injected = torch.complex(
+        torch.einsum("bds,dns->bdn", xt, reversed_pow.real), torch.einsum("bds,dns->bdn", xt, reversed_pow.imag)
+    )
+    h = p.to(cdt) * injected + q_pow[..., T] * h
+    return y.transpose(1, 2).to(x.dtype), h
+
+
+# -------------------------------------------------------------------------------------- Triton
+
+BLOCK_T = 16  # timesteps per tile; the state re-anchors once per tile
+
+
+@jit
+def _cema_kernel(
+    x_ptr, y_ptr, h_in_ptr, h_out_ptr, p_ptr, q_ptr, q_tile_ptr, gamma_ptr, omega_ptr,
+    T, D, N,
+    sxb, sxt, sxd,
+    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+):  # fmt: skip
+    """One program: batch row b, BLOCK_D dimensions, every component, all T steps in order.
+
+    In each tile of BLOCK_T steps, h_t = q**(j+1) h_start + loc_j, where loc starts from zero. At the
+    end of a full tile the state is q_tile * h_start + loc, with q_tile = q**BLOCK_T rounded once from
+    float64, so float32 rounding of q compounds over one tile only, not over the whole call.
+    """
+    b = tl.program_id(0).to(tl.int64)  # batch offsets can pass 2**31 elements
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    n = tl.arange(0, BLOCK_N)
+    d_mask = d < D
+    dn_mask = d_mask[:, None] & (n < N)[None, :]
+    dn = d[:, None] * N + n[None, :]
+    p = tl.load(p_ptr + dn, mask=dn_mask, other=0.0)
+    q_re = tl.load(q_ptr + 2 * dn, mask=dn_mask, other=0.0)
+    q_im = tl.load(q_ptr + 2 * dn + 1, mask=dn_mask, other=0.0)
+    qt_re = tl.load(q_tile_ptr + 2 * dn, mask=dn_mask, other=0.0)
+    qt_im = tl.load(q_tile_ptr + 2 * dn + 1, mask=dn_mask, other=0.0)
+    c_re = tl.load(gamma_ptr + 2 * dn, mask=dn_mask, other=0.0)
+    c_im = tl.load(gamma_ptr + 2 * dn + 1, mask=dn_mask, other=0.0)
+    omega = tl.load(omega_ptr + d, mask=d_mask, other=0.0)
+    h_offsets = b * D * N * 2 + 2 * dn
+    h_re = tl.load(h_in_ptr + h_offsets, mask=dn_mask, other=0.0)
+    h_im = tl.load(h_in_ptr + h_offsets + 1, mask=dn_mask, other=0.0)
+    x_row = x_ptr + b * sxb + d * sxd
+    y_row = y_ptr + b * T * D + d
+    for t0 in range(0, T, BLOCK_T):
+        a_re, a_im = h_re, h_im  # q**(j+1) h_start
+        l_re = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)  # loc
+        l_im = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
+        for j in tl.static_range(BLOCK_T):
+            in_call = (t0 + j + tl.zeros_like(d)) < T  # a tensor: the interpreter rejects Python bools as masks
+            t_mask = d_mask & in_call
+            valid = in_call[:, None]
+            xj = tl.load(x_row + (t0 + j) * sxt, mask=t_mask, other=0.0).to(tl.float32)
+            na_re = q_re * a_re - q_im * a_im
+            na_im = q_re * a_im + q_im * a_re
+            nl_re = q_re * l_re - q_im * l_im + p * xj[:, None]
+            nl_im = q_re * l_im + q_im * l_re
+            a_re = tl.where(valid, na_re, a_re)
+            a_im = tl.where(valid, na_im, a_im)
+            l_re = tl.where(valid, nl_re, l_re)
+            l_im = tl.where(valid, nl_im, l_im)
+            yj = tl.sum(c_re * (l_re + a_re) - c_im * (l_im + a_im), axis=1) + omega * xj
+            tl.store(y_row + (t0 + j) * D, yj.to(y_ptr.dtype.element_ty), mask=t_mask)
+        full = t0 + BLOCK_T <= T
+        s_re = tl.where(full, qt_re * h_re - qt_im * h_im, a_re)
+        s_im = tl.where(full, qt_re * h_im + qt_im * h_re, a_im)
+        h_re = s_re + l_re
+        h_im = s_im + l_im
+    tl.store(h_out_ptr + h_offsets, h_re, mask=dn_mask)
+    tl.store(h_out_ptr + h_offsets + 1, h_im, mask=dn_mask)
+
+
+def _pairs(z: Tensor) -> Tensor:
+    """Complex float64 -> contiguous float32 (real, imaginary) pairs, rounded once."""
+    return torch.view_as_real(z.to(torch.complex64)).contiguous()
+
+
+def _config(D: int, N: int) -> dict[str, int]:
+    """Block sizes, chosen by hand: on a GPU one (d, n) element per thread; under the interpreter, which
+    is fastest with few programs, still two of them whenever D > 4."""
+    block_n = next_pow2(N)
+    block_d = max(4, next_pow2(D) // 2) if interpreting() else max(1, 128 // block_n)
+    return dict(BLOCK_D=block_d, BLOCK_N=block_n, BLOCK_T=BLOCK_T, num_warps=4)
+
+
+def cema_triton(x: Tensor, h: Tensor, p: Tensor, log_q: Tensor, gamma: Tensor, omega: Tensor) -> tuple[Tensor, Tensor]:
+    """CEMA by the Triton kernel; same arguments and results as `cema`."""
+    check_input("x", x)
+    B, T, D = x.shape
+    N = p.shape[1]
+    if T == 0:
+        return x.clone(), h.clone()
+    cfg = _config(D, N)
+    y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
+    h_in = torch.view_as_real(h.to(torch.complex64)).contiguous()
+    h_out = torch.empty_like(h_in)
+    _cema_kernel[(B, cdiv(D, cfg["BLOCK_D"]))](
+        x, y, h_in, h_out,
+        p.to(torch.float32).contiguous(), _pairs(torch.exp(log_q)), _pairs(torch.exp(log_q * BLOCK_T)),
+        _pairs(gamma), omega.reshape(-1).to(torch.float32).contiguous(),
+        T, D, N, x.stride(0), x.stride(1), x.stride(2), **cfg,
+    )  # fmt: skip
+    return y, torch.view_as_complex(h_out).to(h.dtype)

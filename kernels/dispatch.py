@@ -1,0 +1,64 @@
+"""Which implementation runs MEGALODON's four hot operations: the PyTorch references or the Triton kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..errors import fail
+from . import attention, cema, nll, timestep_norm
+from .common import available, interpreting
+
+KERNELS = ("auto", "triton", "torch")
+
+
+@dataclass(frozen=True)
+class Ops:
+    """TimestepNorm, CEMA, chunk-local attention and the projection + NLL, all from one backend."""
+
+    backend: str  # "torch" or "triton"
+    timestep_norm: Callable[..., tuple[Tensor, Tensor, Tensor]]
+    cema: Callable[..., tuple[Tensor, Tensor]]
+    chunked_attention: Callable[..., tuple[Tensor, Tensor, Tensor]]
+    linear_nll: Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+TORCH = Ops("torch", timestep_norm.timestep_norm, cema.cema, attention.chunked_attention, nll.linear_nll)
+TRITON = Ops(
+    "triton",
+    timestep_norm.timestep_norm_triton,
+    cema.cema_triton,
+    attention.chunked_attention_triton,
+    nll.linear_nll_triton,
+)
+
+
+def select(kernels: str, device: str | torch.device, dtype: torch.dtype | None = None) -> Ops:
+    """The ops for `kernels` ("auto", "triton" or "torch") on `device` (and `dtype`, when known).
+
+    "auto" is Triton on CUDA and PyTorch otherwise; float64 models always get PyTorch under "auto",
+    since the kernels compute in float32. "triton" off CUDA runs only in Triton's CPU interpreter
+    (TRITON_INTERPRET=1, for tests); otherwise it is an error, as is "triton" for float64.
+    """
+    if kernels not in KERNELS:
+        raise fail(f"unknown kernels {kernels!r}", f"use one of: {', '.join(KERNELS)}")
+    device = torch.device(device)
+    if kernels == "torch":
+        return TORCH
+    if kernels == "auto":
+        return TRITON if device.type == "cuda" and available() and dtype != torch.float64 else TORCH
+    if not available():
+        raise fail("kernels 'triton' needs Triton, which is not installed", "install triton, or use kernels 'auto'")
+    if dtype == torch.float64:
+        raise fail(
+            "the Triton kernels compute in float32 and do not run float64 models", "use kernels 'auto' or 'torch'"
+        )
+    if device.type != "cuda" and not interpreting():
+        raise fail(
+            f"kernels 'triton' needs a CUDA device, not {device.type}",
+            "use kernels 'auto' or 'torch' (or set TRITON_INTERPRET=1 to run the kernels in Triton's CPU interpreter)",
+        )
+    return TRITON

@@ -1,0 +1,71 @@
+"""Evaluation data: a split of a task from local files (`--data-dir DIR/<task>/<split>.*`) or the hub."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import fail
+from .files import file_sha256
+
+SUFFIXES = (".jsonl", ".parquet", ".csv")
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a .jsonl, .parquet or .csv file, as dicts."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        rows = []
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as e:
+                    raise fail(f"{path} line {number} is not valid JSON ({e})") from None
+        return rows
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if path.suffix == ".csv":
+        with open(path, encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f))
+    raise fail(f"unknown data file type: {path}", f"use one of {', '.join(SUFFIXES)}")
+
+
+def local_split(data_dir: str | Path, task: str, split: str) -> Path:
+    """The file holding `split` of `task` under `data_dir`."""
+    folder = Path(data_dir) / task
+    for suffix in SUFFIXES:
+        if (folder / f"{split}{suffix}").is_file():
+            return folder / f"{split}{suffix}"
+    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    raise fail(
+        f"no {split} data for {task} under {data_dir}: expected {folder}/{split}.jsonl (or .parquet, .csv)"
+        + (f"; found {', '.join(present)}" if present else ""),
+        "pass --data-dir DIR laid out as DIR/<task>/<split>.jsonl",
+    )
+
+
+def load_split(task: str, split: str, data_dir: str | Path | None, hub: dict[str, Any]) -> tuple[list[dict], dict]:
+    """Rows of a task's split and where they came from ({"path", "sha256"} or {"hub", "config", ...})."""
+    if data_dir is not None:
+        path = local_split(data_dir, task, split)
+        return read_rows(path), {"path": str(path), "sha256": file_sha256(path)}
+    import datasets
+
+    name, config, revision = hub["name"], hub.get("config"), hub.get("revision")
+    try:
+        rows = datasets.load_dataset(name, config, split=split, revision=revision)
+    except Exception as e:  # offline, missing split, moved dataset, ...
+        reason = " ".join(str(e).split())[:160]
+        raise fail(
+            f"cannot load {name} ({config or 'default'}, {split}) from the hub: {reason}",
+            f"without network, pass --data-dir DIR with DIR/{task}/{split}.jsonl",
+        ) from None
+    source = {"hub": name, "config": config, "revision": revision, "fingerprint": rows._fingerprint}
+    return list(rows), source

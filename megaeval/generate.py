@@ -1,0 +1,59 @@
+"""Prefill and greedy decoding through the StreamingLM contract, carrying the state token by token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .models.base import StreamingLM
+
+
+def prefill(lm: StreamingLM, ids: list[int], state: Any) -> tuple[torch.Tensor, Any]:
+    """Feed `ids` (at least one) into `state`; return the last position's logits [V] and the new state.
+
+    All but the last token go through `score`, which holds one chunk of logits at a time, so a
+    whole book can be read without materialising [T, V] logits.
+    """
+    tokens = torch.tensor([ids], dtype=torch.long, device=lm.device)
+    if tokens.shape[1] > 1:
+        _, state = lm.score(tokens[:, :-1], tokens[:, 1:], state)
+    logits, state = lm.forward(tokens[:, -1:], state)
+    return logits[0, -1], state
+
+
+@dataclass
+class Generation:
+    """A greedy continuation: its text (cut before any stop string), tokens and why it ended."""
+
+    text: str
+    tokens: list[int]
+    stop_reason: str  # "eos", "stop" or "length"
+
+
+def greedy_generate(
+    lm: StreamingLM, logits: torch.Tensor, state: Any, max_new_tokens: int, stop: list[str] | None = None
+) -> Generation:
+    """Greedy decoding from the logits of the last prompt token, one token per call on the carried state.
+
+    Stops at EOS, at the first occurrence of any `stop` string in the decoded text (the text is cut
+    there), or after `max_new_tokens` tokens.
+    """
+    stop = [s for s in (stop or []) if s]
+    tokens: list[int] = []
+    text = ""
+    while len(tokens) < max_new_tokens:
+        token = int(torch.argmax(logits))
+        if token == lm.tokenizer.eos_id:
+            return Generation(text, tokens, "eos")
+        tokens.append(token)
+        text = lm.tokenizer.decode(tokens)
+        cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+        if cut >= 0:
+            return Generation(text[:cut], tokens, "stop")
+        if len(tokens) == max_new_tokens:
+            break
+        step, state = lm.forward(torch.tensor([[token]], device=lm.device), state)
+        logits = step[0, -1]
+    return Generation(text, tokens, "length")

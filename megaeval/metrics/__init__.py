@@ -1,0 +1,1 @@
+"""Task metrics: the SCROLLS scorer in `megaeval.metrics.scrolls`."""

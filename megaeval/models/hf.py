@@ -1,0 +1,317 @@
+"""Hugging Face causal LMs (a local directory, or a GGUF file) behind the StreamingLM contract.
+
+The state is the KV cache. `max_context` comes from the model config (max_position_embeddings,
+n_positions, ...) unless `max_context=N` overrides it; feeding more tokens than that into one
+state is an error. Needs the `hf` extra: `pip install 'megaeval[hf]'`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import fail
+from ..files import file_sha256
+from .base import StreamingLM
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+STEP_TOKENS = 512  # tokens per model call: bounds the [B, step, V] logits alive at once
+IGNORE_INDEX = -100
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise fail("the hf model family needs transformers", "pip install 'megaeval[hf]'") from None
+    return transformers
+
+
+def is_hf_dir(path: Path) -> bool:
+    """A directory with a transformers config.json, or with a .gguf file."""
+    if path.is_file():
+        return path.suffix == ".gguf"
+    try:
+        config = json.loads((path / "config.json").read_text())
+        return isinstance(config, dict) and ("model_type" in config or "architectures" in config)
+    except (OSError, ValueError):
+        return any(path.glob("*.gguf"))
+
+
+class HFTokenizer:
+    """A transformers tokenizer seen through megaeval's Tokenizer protocol (no special tokens added)."""
+
+    def __init__(self, tok: Any, source: str):
+        self.tok = tok
+        self.tok.model_max_length = 1 << 62  # megaeval handles lengths; silence "sequence too long"
+        self.source = source
+        self.vocab_size = len(tok)
+        self.bos_id = tok.bos_token_id
+        self.eos_id = tok.eos_token_id
+        self._sha256: str | None = None
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without BOS/EOS."""
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.tok(texts, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    @property
+    def sha256(self) -> str:
+        """Checksum of the tokenizer's content (same for a directory and a GGUF copy of it)."""
+        if self._sha256 is None:
+            backend = getattr(self.tok, "backend_tokenizer", None)
+            content = backend.to_str() if backend is not None else json.dumps(self.tok.get_vocab(), sort_keys=True)
+            specials = json.dumps(self.tok.special_tokens_map, sort_keys=True, default=str)
+            self._sha256 = hashlib.sha256((content + specials).encode()).hexdigest()
+        return self._sha256
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": f"transformers:{type(self.tok).__name__}",
+            "path": self.source,
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
+
+
+@dataclass
+class HFState:
+    """A KV cache and the number of tokens in it."""
+
+    cache: Any
+    length: int
+    batch_size: int
+
+    def clone(self) -> HFState:
+        return HFState(copy.deepcopy(self.cache), self.length, self.batch_size)
+
+    def nbytes(self) -> int:
+        if self.cache is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in _cache_tensors(self.cache))
+
+
+def _cache_tensors(cache: Any) -> list[torch.Tensor]:
+    out = []
+    for layer in getattr(cache, "layers", []):
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
+class HFCausalLM(StreamingLM):
+    """A transformers causal LM; the state is its KV cache, so context is bounded by max_context."""
+
+    family = "hf"
+
+    def __init__(self, model: Any, tokenizer: HFTokenizer, path: Path, gguf_file: str | None, max_context: int):
+        self.model = model.eval().requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.path = path
+        self.gguf_file = gguf_file
+        self.max_context = max_context
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self._weights_sha256: str | None = None
+
+    def init_state(self, batch_size: int) -> HFState:
+        return HFState(None, 0, batch_size)
+
+    def _check(self, tokens: Any, state: HFState) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens, device=self.device)
+        if tokens.dim() != 2 or tokens.dtype.is_floating_point:
+            raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
+        if tokens.shape[0] != state.batch_size:
+            raise fail(f"tokens have batch size {tokens.shape[0]} but the state was made for {state.batch_size}")
+        if state.length + tokens.shape[1] > self.max_context:
+            raise fail(
+                f"this state would hold {state.length + tokens.shape[1]:,} tokens, beyond max_context "
+                f"{self.max_context:,}",
+                "start a new state, or score long inputs with a --window-policy",
+            )
+        vocab = self.model.config.vocab_size
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+            raise fail(f"token ids must lie in [0, {vocab})", "encode with this model's tokenizer")
+        return tokens.long()
+
+    def _steps(self, tokens: torch.Tensor, state: HFState):
+        """Feed `tokens` in steps of STEP_TOKENS, yielding (start, logits); updates `state` in place."""
+        if state.cache is None:
+            state.cache = _transformers().DynamicCache()
+        for start in range(0, tokens.shape[1], STEP_TOKENS):
+            piece = tokens[:, start : start + STEP_TOKENS]
+            out = self.model(input_ids=piece, past_key_values=state.cache, use_cache=True)
+            state.cache = out.past_key_values
+            state.length += piece.shape[1]
+            yield start, out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:
+        """Logits [B, T, V]; the state's KV cache is extended in place and returned."""
+        tokens = self._check(tokens, state)
+        parts = [logits for _, logits in self._steps(tokens, state)]
+        if not parts:
+            return torch.zeros(tokens.shape[0], 0, self.model.config.vocab_size, device=self.device), state
+        return torch.cat(parts, dim=1), state
+
+    @torch.inference_mode()
+    def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:
+        """NLL [B, T] of `targets`; at most STEP_TOKENS positions of logits are alive at once."""
+        inputs = self._check(inputs, state)
+        targets = torch.as_tensor(targets, device=self.device).long()
+        if targets.shape != inputs.shape:
+            raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
+        B, T = inputs.shape
+        nll = torch.zeros(B, T, dtype=torch.promote_types(self.dtype, torch.float32), device=self.device)
+        for start, logits in self._steps(inputs, state):
+            end = start + logits.shape[1]
+            nll[:, start:end] = F.cross_entropy(
+                logits.flatten(0, 1), targets[:, start:end].flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+            ).view(B, -1)
+        return nll, state
+
+    def weights_sha256(self) -> str | None:
+        """sha256 of the weight file, or of the weight files' checksums in name order."""
+        if self._weights_sha256 is None:
+            if self.gguf_file is not None:
+                files = [self.path / self.gguf_file]
+            else:
+                files = sorted(p for p in self.path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+            digests = [f"{p.name}:{file_sha256(p)}" for p in files]
+            joined = " ".join(digests).encode()
+            self._weights_sha256 = hashlib.sha256(joined).hexdigest() if len(digests) != 1 else digests[0].split(":")[1]
+        return self._weights_sha256
+
+    def state_bytes(self, batch_size: int = 1) -> int:
+        """KV-cache bytes of a state holding max_context tokens (the most it holds)."""
+        cfg = self.model.config
+        layers = getattr(cfg, "num_hidden_layers", 0)
+        heads = getattr(cfg, "num_key_value_heads", None) or getattr(cfg, "num_attention_heads", 0)
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        itemsize = torch.empty(0, dtype=self.dtype).element_size()
+        return batch_size * 2 * layers * heads * head_dim * self.max_context * itemsize
+
+    def describe(self) -> dict[str, Any]:
+        cfg = self.model.config
+        return {
+            "family": self.family,
+            "path": str(self.path),
+            "gguf_file": self.gguf_file,
+            "architecture": type(self.model).__name__,
+            "config": {k: v for k, v in cfg.to_dict().items() if isinstance(v, (int, float, str, bool, type(None)))},
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "chunk_size": None,
+            "max_context": self.max_context,
+            "state_bytes_per_sequence": self.state_bytes(1),
+            "norm_stats": None,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "stored_dtype": str(getattr(cfg, "torch_dtype", None) or getattr(cfg, "dtype", None)),
+            "model_parallel_size": None,
+            "tokenizer": self.tokenizer.describe(),
+        }
+
+
+def _locate(path: Path, gguf_file: str | None) -> tuple[Path, str | None]:
+    if path.is_file() and path.suffix == ".gguf":
+        return path.parent, path.name
+    if not path.is_dir():
+        raise fail(f"model directory not found: {path}", "pass a local transformers model directory")
+    if gguf_file is not None and not (path / gguf_file).is_file():
+        raise fail(f"gguf_file {gguf_file} not found in {path}", f"files there: {', '.join(sorted(os.listdir(path)))}")
+    if gguf_file is None and not (path / "config.json").is_file():
+        ggufs = sorted(p.name for p in path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return path, ggufs[0]
+        raise fail(f"{path} has no config.json", "pass --model-args gguf_file=NAME for a GGUF model")
+    return path, gguf_file
+
+
+def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
+    """Custom modelling/tokenizer code (an auto_map) runs only with explicit consent."""
+    if trust_remote_code:
+        return
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            config = json.loads((path / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("auto_map"):
+            raise fail(
+                f"{path / name} asks to run custom code ({', '.join(sorted(config['auto_map']))})",
+                "pass --model-args trust_remote_code=true only if you trust that code",
+            )
+
+
+def load_tokenizer(
+    path: str | Path, *, gguf_file: str | None = None, trust_remote_code: bool = False, **_model_options: Any
+) -> HFTokenizer:
+    """The tokenizer of a local transformers model (directory or GGUF), offline."""
+    tf = _transformers()
+    path, gguf_file = _locate(Path(path), gguf_file)
+    _refuse_remote_code(path, trust_remote_code)
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    try:
+        tok = tf.AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code, **kwargs)
+    except Exception as e:
+        raise fail(f"cannot load the tokenizer of {path}: {' '.join(str(e).split())[:200]}") from None
+    return HFTokenizer(tok, str(path / gguf_file) if gguf_file else str(path))
+
+
+def load(
+    path: str | Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    gguf_file: str | None = None,
+    max_context: int | None = None,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+) -> HFCausalLM:
+    """Load a local transformers causal LM. Remote code runs only with trust_remote_code=true."""
+    tf = _transformers()
+    path, gguf_file = _locate(Path(path), gguf_file)
+    tokenizer = load_tokenizer(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
+    kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = tf.AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=dtype, trust_remote_code=trust_remote_code, **kwargs
+        )
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise fail(
+                f"{path} needs custom code to load", "pass --model-args trust_remote_code=true if you trust it"
+            ) from None
+        raise fail(f"cannot load {path}: {' '.join(str(e).split())[:200]}") from None
+    except OSError as e:
+        raise fail(f"cannot load {path}: {' '.join(str(e).split())[:200]}") from None
+    model.to(device)
+    if max_context is None:
+        max_context = next((getattr(model.config, k) for k in CONTEXT_KEYS if getattr(model.config, k, None)), None)
+        if max_context is None:
+            raise fail(f"{path}: the config names no maximum context", "pass --model-args max_context=N")
+    if int(max_context) < 1:
+        raise fail(f"max_context must be positive, got {max_context}")
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise fail(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model.config.vocab_size}")
+    return HFCausalLM(model, tokenizer, path, gguf_file, int(max_context))

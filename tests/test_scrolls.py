@@ -1,0 +1,198 @@
+"""`megaeval scrolls`: data, prompts, truncation, state reuse, decoding, scoring, resume, errors."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from megaeval import MegaevalError, load_model
+from megaeval.cli import app
+from megaeval.generate import greedy_generate, prefill
+from megaeval.metrics.scrolls import scrolls_scores
+from megaeval.scrolls import Example, ScrollsSettings, fit_prompt, group_examples, render, run_scrolls, split_input
+from megaeval.tokenizers import SentencePieceTokenizer
+from tests.conftest import AUSTEN
+
+runner = CliRunner()
+
+
+def test_question_and_document_split_at_the_first_blank_line():
+    assert split_input("Who is Anne?\n\nChapter 1\n\nSir Walter...") == ("Who is Anne?", "Chapter 1\n\nSir Walter...")
+    assert split_input("No document") == ("No document", "")
+
+
+def test_rows_sharing_an_id_are_one_example_with_several_references():
+    rows = [
+        {"id": "a", "pid": "a_0", "input": "Q1?\n\nDoc A", "output": "x"},
+        {"id": "b", "pid": "b_0", "input": "Q2?\n\nDoc B", "output": "y"},
+        {"id": "a", "pid": "a_1", "input": "Q1?\n\nDoc A", "output": "z"},
+    ]
+    examples = group_examples(rows)
+    assert [(e.id, e.question, e.document, e.references) for e in examples] == [
+        ("a", "Q1?", "Doc A", ["x", "z"]), ("b", "Q2?", "Doc B", ["y"])]  # fmt: skip
+    with pytest.raises(MegaevalError, match="without 'output'"):
+        group_examples([{"id": "a", "input": "x"}])
+
+
+def test_prompt_assembly_keeps_braces_in_documents():
+    ex = Example("a", "Who wrote {this}?", "A {curly} text.", ["x"])
+    assert render("{CONTEXT} Q: {QUESTION} A:", ex) == "A {curly} text. Q: Who wrote {this}? A:"
+
+
+@pytest.mark.parametrize("mode", ["middle", "left", "right"])
+def test_truncation_drops_document_tokens_only(sp_model, mode):
+    tok = SentencePieceTokenizer(sp_model)
+    lm = SimpleNamespace(tokenizer=tok)
+    document = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:3000]
+    ex = Example("a", "Who is Sir Walter Elliot?", document, ["a baronet"])
+    template = "{CONTEXT} Q: {QUESTION} A:"
+    full = tok.encode(render(template, ex))
+    ids, dropped = fit_prompt(lm, template, ex, 300, mode)
+    assert len(ids) <= 300 and dropped == len(full) - len(ids) and dropped > 0
+    text = tok.decode(ids)
+    assert text.endswith(" Q: Who is Sir Walter Elliot? A:")  # question and cue survive
+    body = text.removesuffix(" Q: Who is Sir Walter Elliot? A:")
+    if mode in ("middle", "right"):
+        assert body.startswith(document[:40])
+    if mode in ("middle", "left"):
+        assert body.endswith(document[-30:])
+    assert fit_prompt(lm, template, ex, None, mode) == (full, 0)
+
+
+@pytest.fixture
+def lm64(make_checkpoint):
+    return load_model(str(make_checkpoint()), dtype="float64")
+
+
+def test_few_shot_state_reuse_equals_recomputation(lm64):
+    prefix = [lm64.tokenizer.bos_id] + lm64.tokenizer.encode("Anne Elliot. Q: Who? A: Anne\n\n")
+    example = lm64.tokenizer.encode("Captain Wentworth returned. Q: Who returned? A:")
+    _, prefix_state = prefill(lm64, prefix, lm64.init_state(1))
+    snapshot = prefix_state.clone()
+    reused, _ = prefill(lm64, example, prefix_state.clone())
+    again, _ = prefill(lm64, example, prefix_state.clone())  # the prefix state is untouched by the first use
+    whole, _ = lm64.forward(torch.tensor([prefix + example]), lm64.init_state(1))
+    torch.testing.assert_close(reused, whole[0, -1], rtol=0, atol=1e-9)
+    torch.testing.assert_close(again, reused, rtol=0, atol=0)
+    for a, b in zip(prefix_state.tensors(), snapshot.tensors(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_greedy_generation_equals_recomputing_from_scratch(lm64):
+    prompt = lm64.tokenizer.encode("It was a fine day in Bath, and")
+    logits, state = prefill(lm64, prompt, lm64.init_state(1))
+    gen = greedy_generate(lm64, logits, state, max_new_tokens=12)
+    ids = list(prompt)
+    for _ in range(12):  # naive: the whole sequence from a fresh state at every step
+        full, _ = lm64.forward(torch.tensor([ids]), lm64.init_state(1))
+        ids.append(int(full[0, -1].argmax()))
+    assert gen.tokens == ids[len(prompt) :] and gen.stop_reason == "length"
+    assert gen.text == lm64.tokenizer.decode(gen.tokens)
+    first_piece = lm64.tokenizer.decode(gen.tokens[:3])
+    stopped = greedy_generate(lm64, logits, state, max_new_tokens=12, stop=[first_piece[-1]])
+    assert stopped.stop_reason == "stop" and first_piece[-1] not in stopped.text
+    assert len(stopped.tokens) <= 3
+
+
+def write_scrolls(folder, task: str, split: str, rows: list[dict]) -> None:
+    (folder / task).mkdir(parents=True, exist_ok=True)
+    with open(folder / task / f"{split}.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def scrolls_data(tmp_path):
+    text = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")
+    data = tmp_path / "data"
+    val = [
+        {"id": "v1", "pid": "v1_0", "input": f"Who is Anne?\n\n{text[:1500]}", "output": "Anne Elliot"},
+        {"id": "v1", "pid": "v1_1", "input": f"Who is Anne?\n\n{text[:1500]}", "output": "his daughter"},
+        {"id": "v2", "pid": "v2_0", "input": f"Where is Kellynch?\n\n{text[1500:2600]}", "output": "Somersetshire"},
+        {"id": "v3", "pid": "v3_0", "input": f"What happened?\n\n{text[2600:3500]}", "output": "a visit"},
+    ]
+    train = [{"id": f"t{i}", "pid": f"t{i}_0", "input": f"Q{i}?\n\n{text[4000 + 300 * i: 4300 + 300 * i]}",
+              "output": f"answer {i}"} for i in range(4)]  # fmt: skip
+    for task in ("qasper", "qmsum"):
+        write_scrolls(data, task, "validation", val)
+        write_scrolls(data, task, "train", train)
+    return data
+
+
+def test_end_to_end_on_local_files_with_resume(make_checkpoint, tmp_path):
+    data = scrolls_data(tmp_path)
+    ckpt = make_checkpoint()
+    base = dict(model=str(ckpt), tasks="qasper,qmsum", data_dir=str(data), max_new_tokens=6)
+    whole = run_scrolls(ScrollsSettings(**base, out=str(tmp_path / "whole.json"), samples=str(tmp_path / "s.jsonl")),
+                        progress=False)  # fmt: skip
+    samples = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [(s["task"], s["id"]) for s in samples] == [(t, i) for t in ("qasper", "qmsum") for i in ("v1", "v2", "v3")]
+    first = samples[0]
+    assert first["references"] == ["Anne Elliot", "his daughter"] and first["truncated_tokens"] == 0
+    assert set(first) >= {"prompt_tokens", "prediction", "scores", "exemplar_ids"}
+    qasper = whole["results"]["qasper"]
+    assert qasper["n"] == 3 and qasper["metric"] == "f1" and len(qasper["exemplar_ids"]) == 2  # 2-shot default
+    assert (
+        whole["results"]["qmsum"]["metric"] == "geometric_rouge" and len(whole["results"]["qmsum"]["exemplar_ids"]) == 1
+    )
+    expected = scrolls_scores("qmsum", [s["prediction"] for s in samples[3:]], [s["references"] for s in samples[3:]])
+    assert whole["results"]["qmsum"]["rougeL"] == expected["rougeL"]
+    assert whole["settings"]["per_task"]["qasper"]["template"] == "{CONTEXT} Q: {QUESTION} A:"
+
+    def stop_after_four(done):
+        if done == 4:
+            raise KeyboardInterrupt
+
+    cut = ScrollsSettings(**base, out=str(tmp_path / "cut.json"))
+    with pytest.raises(KeyboardInterrupt):
+        run_scrolls(cut, progress=False, on_example=stop_after_four)
+    with pytest.raises(MegaevalError, match="pass --resume"):
+        run_scrolls(cut, progress=False)
+    with pytest.raises(MegaevalError, match="settings, model or data differ"):
+        run_scrolls(ScrollsSettings(**{**base, "max_new_tokens": 7}, out=cut.out, resume=True), progress=False)
+    resumed = run_scrolls(ScrollsSettings(**base, out=cut.out, resume=True), progress=False)
+    for task in ("qasper", "qmsum"):
+        a = {k: v for k, v in whole["results"][task].items()}
+        assert resumed["results"][task] == a
+    assert not (tmp_path / "cut.json.partial.jsonl").exists()
+
+
+def test_scoring_only_mode(tmp_path):
+    data = scrolls_data(tmp_path)
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text("\n".join(json.dumps(p) for p in [
+        {"task": "qasper", "id": "v1", "prediction": "Anne Elliot."},
+        {"task": "qasper", "id": "v2", "prediction": "in Somersetshire"},
+    ]))  # fmt: skip
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["scrolls", "--predictions", str(preds), "--data-dir", str(data), "--tasks", "qasper",
+                                 "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    res = json.loads(out.read_text())["results"]["qasper"]
+    # v1: exact match after normalisation (F1 1); v2: tokens {in, somersetshire} vs {somersetshire}: P 1/2, R 1, F1 2/3
+    assert res["f1"] == pytest.approx(100 * (1 + 2 / 3) / 2) and res["exact_match"] == 50.0
+    assert res["n"] == 2 and res["coverage"] == "2/3"
+    preds.write_text(json.dumps({"id": "nope", "prediction": "x"}))
+    bad = runner.invoke(app, ["scrolls", "--predictions", str(preds), "--data-dir", str(data), "--tasks", "qasper",
+                              "--out", str(out)])  # fmt: skip
+    assert bad.exit_code == 2 and "id 'nope' is not in the qasper data" in bad.stderr
+
+
+def test_scrolls_errors(make_checkpoint, tmp_path):
+    data = scrolls_data(tmp_path)
+
+    def run(*args):
+        return runner.invoke(
+            app, ["scrolls", "--model", str(make_checkpoint()), "--out", str(tmp_path / "o.json"), *args]
+        )
+
+    for args, message in [
+        (["--tasks", "gov_report", "--data-dir", str(data)], "unknown scrolls task(s) gov_report"),
+        (["--tasks", "narrative_qa", "--data-dir", str(data)], "no validation data for narrative_qa"),
+        (["--tasks", "qasper", "--data-dir", str(data), "--truncation", "both"], "unknown --truncation 'both'"),
+        (["--tasks", "qasper", "--data-dir", str(data), "--shots", "9"], "9 shots asked but the train split has 4"),
+    ]:
+        result = run(*args)
+        assert result.exit_code == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.output
