@@ -26,22 +26,20 @@ TriviaQA.
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .academic_tasks import Doc, TaskDocs, draw_exemplars
 from .data import load_split
 from .errors import fail
-from .files import check_writable, write_json_atomic
+from .files import check_writable, write_json_atomic, write_jsonl_atomic
 from .generate import greedy_generate, prefill
 from .loglik import Prefix, continuation_logprobs, forward_tokens, read_prefix, starts_with
 from .metrics.academic import choice_predictions, exact_match, group_scores, mean, mean_stderr
 from .models import StreamingLM, load_model, model_options
+from .progress import item_bar
 from .progress_log import ProgressLog
 from .report import build_report, environment
 from .tasks import load_spec, parse_tasks
@@ -300,7 +298,8 @@ def run_academic(
     fingerprint = {"settings": {k: v for k, v in asdict(settings).items() if k not in ("out", "samples", "resume")},
                    "weights_sha256": model_facts["weights_sha256"], "data": data}  # fmt: skip
     log = ProgressLog(out.with_name(out.name + ".partial.jsonl"), fingerprint, settings.resume)
-    bar, bar_task = _bar(progress, sum(len(p.docs) for p in prepared.values()), len(log.done))
+    bar, bar_task = item_bar("academic", "documents", sum(len(p.docs) for p in prepared.values()), len(log.done),
+                             progress)  # fmt: skip
     cache = FewshotCache()
     with bar:
         for task, p in prepared.items():
@@ -327,7 +326,7 @@ def run_academic(
     env = environment(lm.device, lm.dtype)
     report = build_report("academic", settings=recorded, model=model_facts, data=data, results=results, env=env)
     if settings.samples:
-        _write_samples(settings.samples, log.records)
+        write_jsonl_atomic(settings.samples, [{k: v for k, v in r.items() if k != "id"} for r in log.records])
     write_json_atomic(out, report)
     log.finish()
     return report
@@ -386,28 +385,3 @@ def academic_results(prepared: dict[str, PreparedTask], records: list[dict]) -> 
     results["average"] = mean(list(headlines.values())) if headlines else None
     results["average_of"] = {task: results[task]["metric"] for task in headlines}
     return results
-
-
-def _write_samples(path: str, records: list[dict]) -> None:
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps({k: v for k, v in r.items() if k != "id"}, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-
-
-def _bar(enabled: bool, total: int, completed: int):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(TextColumn("academic {task.description:>13}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("documents"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                   console=Console(stderr=True), disable=not enabled)  # fmt: skip
-    return bar, bar.add_task("", total=total, completed=completed)

@@ -23,18 +23,33 @@ def file_sha256(path: str | Path) -> str:
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON to a temporary file beside `path`, then rename it over `path`."""
+    _write_atomic(path, lambda f: f.write(json.dumps(obj, indent=1, allow_nan=False) + "\n"))
+
+
+def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
+    """Write one JSON object per line, atomically (a samples file)."""
+    _write_atomic(path, lambda f: f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def _write_atomic(path: str | Path, write: Any) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=False)
-            f.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes the file private; give it the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def check_writable(path: str | Path, flag: str = "--out") -> Path:

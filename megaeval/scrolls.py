@@ -12,8 +12,6 @@ a stop string.
 
 from __future__ import annotations
 
-import json
-import os
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -23,10 +21,11 @@ from typing import Any
 
 from .data import load_split, read_rows
 from .errors import fail
-from .files import check_writable, file_sha256, write_json_atomic
+from .files import check_writable, file_sha256, write_json_atomic, write_jsonl_atomic
 from .generate import greedy_generate, prefill
 from .metrics.scrolls import TASK_METRICS, example_scores, scrolls_scores
 from .models import StreamingLM, load_model, model_options
+from .progress import item_bar
 from .progress_log import ProgressLog
 from .report import build_report, environment
 from .tasks import load_spec, parse_tasks
@@ -196,13 +195,14 @@ def run_scrolls(
                    "weights_sha256": model_facts["weights_sha256"], "data": data}  # fmt: skip
     log = ProgressLog(out.with_name(out.name + ".partial.jsonl"), fingerprint, settings.resume)
     total = sum(len(v) for v in examples.values())
-    bar = _bar(progress, total, len(log.done))
+    bar, bar_task = item_bar("scrolls", "examples", total, len(log.done), progress)
     with bar:
         for task in tasks:
             choice = per_task[task]
             pending = [ex for ex in examples[task] if (task, ex.id) not in log.done]
             if not pending:
                 continue
+            bar.update(bar_task, description=task)
             prefix_ids, prefix_state = _prefix(lm, choice, exemplars[task], settings.bos)
             budget = None if lm.max_context is None else lm.max_context - choice["max_new_tokens"] - len(prefix_ids)
             if budget is not None and budget < 1:
@@ -221,7 +221,7 @@ def run_scrolls(
                     "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in exemplars[task]],
                     "scores": example_scores(task, gen.text.strip(), ex.references),
                 })  # fmt: skip
-                bar.advance(0, 1)
+                bar.advance(bar_task, 1)
                 if on_example is not None:
                     on_example(len(log.records))
 
@@ -229,7 +229,7 @@ def run_scrolls(
     report = build_report("scrolls", settings={**asdict(settings), "per_task": per_task}, model=model_facts,
                           data=data, results=results, env=environment(lm.device, lm.dtype))  # fmt: skip
     if settings.samples:
-        _write_samples(settings.samples, log.records)
+        write_jsonl_atomic(settings.samples, log.records)
     write_json_atomic(out, report)
     log.finish()
     return report
@@ -295,32 +295,6 @@ def _score_predictions(settings, tasks, per_task, examples, data, out) -> dict[s
                           model={"spec": None, "predictions": str(path), "predictions_sha256": file_sha256(path)},
                           data=data, results=results, env=environment("cpu", "none"))  # fmt: skip
     if settings.samples:
-        _write_samples(settings.samples, records)
+        write_jsonl_atomic(settings.samples, records)
     write_json_atomic(out, report)
     return report
-
-
-def _write_samples(path: str, records: list[dict]) -> None:
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
-
-
-def _bar(enabled: bool, total: int, completed: int):
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(TextColumn("scrolls"), BarColumn(), MofNCompleteColumn(), TextColumn("examples"),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True),
-                   disable=not enabled)  # fmt: skip
-    bar.add_task("scrolls", total=total, completed=completed)
-    return bar

@@ -291,3 +291,18 @@ def test_prep_books_then_sweep_from_the_command_line(make_checkpoint, sp_model, 
                                 "--lengths", "16,32", "--out", str(out), "--no-progress"])  # fmt: skip
     assert sweep.exit_code == 0, sweep.output
     assert json.loads(out.read_text())["data"]["books"] == 3
+
+
+def test_reports_are_written_with_ordinary_permissions(tmp_path):
+    import stat
+
+    from megaeval.files import write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_json_atomic(tmp_path / "r.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind

@@ -29,6 +29,30 @@ TASK_METRICS = {"narrative_qa": "f1", "qasper": "f1", "qmsum": "geometric_rouge"
 """The headline metric of each task, as the SCROLLS leaderboard reports it."""
 
 EVALUATE_MODULES = ("scrolls_f1", "scrolls_rouge")
+CITATION = """\
+@inproceedings{shaham-etal-2022-scrolls,
+    title = "{SCROLLS}: Standardized {C}ompa{R}ison Over Long Language Sequences",
+    author = "Shaham, Uri and Segal, Elad and Ivgi, Maor and Efrat, Avia and Yoran, Ori and Haviv, Adi and
+      Gupta, Ankit and Xiong, Wenhan and Geva, Mor and Berant, Jonathan and Levy, Omer",
+    booktitle = "Proceedings of the 2022 Conference on Empirical Methods in Natural Language Processing",
+    year = "2022",
+    url = "https://aclanthology.org/2022.emnlp-main.823",
+}
+"""
+
+
+def metric_info(description: str, inputs_description: str):
+    """The `evaluate.MetricInfo` of a SCROLLS metric module: strings in, lists of references."""
+    import datasets
+    import evaluate
+
+    features = datasets.Features(
+        {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
+    )
+    return evaluate.MetricInfo(
+        description=description, citation=CITATION, inputs_description=inputs_description, features=features
+    )
+
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
