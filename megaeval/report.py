@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import platform
 import subprocess
 from datetime import datetime, timezone
@@ -212,8 +211,3 @@ def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = No
         title = f"{commands.pop()}: {metric or 'headline metric'} by task"
     header += unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
     return render(header, rows, fmt, title=title)
-
-
-def finite_or_none(x: float) -> float | None:
-    """JSON has no NaN/inf: store None instead."""
-    return x if math.isfinite(x) else None

@@ -59,10 +59,6 @@ class SentencePieceTokenizer:
             return np.asarray(self.sp.encode_as_numpy(text), dtype=np.int32)
         return np.asarray(self.sp.encode(text), dtype=np.int32)
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of several texts."""
-        return self.sp.encode(texts)
-
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`; placeholder ids past the sentencepiece vocabulary decode to nothing."""
         return self.sp.decode([i for i in ids if 0 <= i < self.sp_vocab_size])

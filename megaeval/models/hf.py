@@ -63,9 +63,6 @@ class HFTokenizer:
         """Token ids of `text`, without BOS/EOS."""
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self.tok(texts, add_special_tokens=False)["input_ids"]
-
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
 
