@@ -41,7 +41,7 @@ from .metrics.academic import choice_predictions, exact_match, group_scores, mea
 from .models import StreamingLM, load_model, model_options
 from .progress import item_bar
 from .progress_log import ProgressLog
-from .report import build_report, environment
+from .report import build_report, environment, model_facts, numeric_settings
 from .tasks import load_spec, parse_tasks
 
 DEFAULT_SEED = 1234  # lm-evaluation-harness's fewshot_random_seed (lm_eval/defaults.py DEFAULT_OTHER_SEED)
@@ -293,10 +293,8 @@ def run_academic(
     options = model_options(settings.model, settings.model_args, kernels=settings.kernels)
     lm = load_model(settings.model, device=settings.device, dtype=settings.dtype, **options)
     _bos(lm, settings.bos)
-    model_facts = {"spec": getattr(lm, "spec", settings.model), "options": options, **lm.describe(),
-                   "weights_sha256": lm.weights_sha256()}  # fmt: skip
-    fingerprint = {"settings": {k: v for k, v in asdict(settings).items() if k not in ("out", "samples", "resume")},
-                   "weights_sha256": model_facts["weights_sha256"], "data": data}  # fmt: skip
+    facts = model_facts(lm, settings.model, options)
+    fingerprint = {"settings": numeric_settings(settings), "weights_sha256": facts["weights_sha256"], "data": data}
     log = ProgressLog(out.with_name(out.name + ".partial.jsonl"), fingerprint, settings.resume)
     bar, bar_task = item_bar("academic", "documents", sum(len(p.docs) for p in prepared.values()), len(log.done),
                              progress)  # fmt: skip
@@ -324,7 +322,7 @@ def run_academic(
     results = academic_results(prepared, log.records)
     recorded = {**asdict(settings), "per_task": {t: p.chosen for t, p in prepared.items()}}
     env = environment(lm.device, lm.dtype)
-    report = build_report("academic", settings=recorded, model=model_facts, data=data, results=results, env=env)
+    report = build_report("academic", settings=recorded, model=facts, data=data, results=results, env=env)
     if settings.samples:
         write_jsonl_atomic(settings.samples, [{k: v for k, v in r.items() if k != "id"} for r in log.records])
     write_json_atomic(out, report)

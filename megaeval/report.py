@@ -8,6 +8,7 @@ import io
 import json
 import platform
 import subprocess
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,23 @@ def build_report(
         "environment": env,
         "results": results,
     }
+
+
+def model_facts(lm: Any, spec: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The report's `model` section: the spec and options as given, what the model says of itself, and the
+    checksum of its weights."""
+    return {
+        "spec": getattr(lm, "spec", spec),
+        "options": options,
+        **lm.describe(),
+        "weights_sha256": lm.weights_sha256(),
+    }
+
+
+def numeric_settings(settings: Any) -> dict[str, Any]:
+    """A run's settings without those that cannot change its numbers (where output goes, whether it resumes),
+    for checking that a resumed run is the run that was interrupted."""
+    return {k: v for k, v in asdict(settings).items() if k not in ("out", "samples", "resume")}
 
 
 def load_report(path: str | Path) -> dict[str, Any]:

@@ -23,11 +23,12 @@ from .data import load_split, read_rows
 from .errors import fail
 from .files import check_writable, file_sha256, write_json_atomic, write_jsonl_atomic
 from .generate import greedy_generate, prefill
+from .loglik import read_prefix
 from .metrics.scrolls import TASK_METRICS, example_scores, scrolls_scores
 from .models import StreamingLM, load_model, model_options
 from .progress import item_bar
 from .progress_log import ProgressLog
-from .report import build_report, environment
+from .report import build_report, environment, model_facts, numeric_settings
 from .tasks import load_spec, parse_tasks
 
 TRUNCATIONS = ("middle", "left", "right")
@@ -134,6 +135,7 @@ def task_settings(settings: ScrollsSettings, task: str) -> dict[str, Any]:
     """The effective per-task choices: the task file's defaults unless a flag overrides them."""
     spec = load_spec("scrolls", task)
     chosen = {
+        "hub": spec["hub"],
         "split": settings.split or spec["split"],
         "shot_split": spec["shot_split"],
         "shots": spec["shots"] if settings.shots is None else settings.shots,
@@ -172,9 +174,7 @@ def run_scrolls(
     data = {}
     examples = {}
     for task in tasks:
-        rows, data[task] = load_split(
-            task, per_task[task]["split"], settings.data_dir, load_spec("scrolls", task)["hub"]
-        )
+        rows, data[task] = load_split(task, per_task[task]["split"], settings.data_dir, per_task[task]["hub"])
         examples[task] = group_examples(rows)[: settings.limit]
     if settings.predictions is not None:
         return _score_predictions(settings, tasks, per_task, examples, data, out)
@@ -182,17 +182,15 @@ def run_scrolls(
     for task in tasks:  # before loading the model: bad data fails fast
         pool: list[Example] = []
         if per_task[task]["shots"]:
-            hub = load_spec("scrolls", task)["hub"]
-            rows, data[f"{task}:shots"] = load_split(task, per_task[task]["shot_split"], settings.data_dir, hub)
+            choice = per_task[task]
+            rows, data[f"{task}:shots"] = load_split(task, choice["shot_split"], settings.data_dir, choice["hub"])
             pool = group_examples(rows)
         exemplars[task] = pick_exemplars(pool, per_task[task]["shots"], settings.seed, task)
 
     options = model_options(settings.model, settings.model_args, kernels=settings.kernels)
     lm = load_model(settings.model, device=settings.device, dtype=settings.dtype, **options)
-    model_facts = {"spec": getattr(lm, "spec", settings.model), "options": options, **lm.describe(),
-                   "weights_sha256": lm.weights_sha256()}  # fmt: skip
-    fingerprint = {"settings": {k: v for k, v in asdict(settings).items() if k not in ("out", "samples", "resume")},
-                   "weights_sha256": model_facts["weights_sha256"], "data": data}  # fmt: skip
+    facts = model_facts(lm, settings.model, options)
+    fingerprint = {"settings": numeric_settings(settings), "weights_sha256": facts["weights_sha256"], "data": data}
     log = ProgressLog(out.with_name(out.name + ".partial.jsonl"), fingerprint, settings.resume)
     total = sum(len(v) for v in examples.values())
     bar, bar_task = item_bar("scrolls", "examples", total, len(log.done), progress)
@@ -226,7 +224,7 @@ def run_scrolls(
                     on_example(len(log.records))
 
     results = _results(tasks, per_task, log.records)
-    report = build_report("scrolls", settings={**asdict(settings), "per_task": per_task}, model=model_facts,
+    report = build_report("scrolls", settings={**asdict(settings), "per_task": per_task}, model=facts,
                           data=data, results=results, env=environment(lm.device, lm.dtype))  # fmt: skip
     if settings.samples:
         write_jsonl_atomic(settings.samples, log.records)
@@ -238,11 +236,8 @@ def run_scrolls(
 def _prefix(lm: StreamingLM, choice: dict, exemplars: list[Example], bos: bool) -> tuple[list[int], Any]:
     """Tokens and state of BOS + the few-shot exemplars (each example then starts from a clone)."""
     text = "".join(render(choice["template"], ex) + " " + ex.references[0] + SHOT_JOINER for ex in exemplars)
-    ids = ([lm.tokenizer.bos_id] if bos else []) + (lm.tokenizer.encode(text) if text else [])
-    state = lm.init_state(1)
-    if ids:
-        _, state = prefill(lm, ids, state)
-    return ids, state
+    prefix = read_prefix(lm, ([lm.tokenizer.bos_id] if bos else []) + (lm.tokenizer.encode(text) if text else []))
+    return prefix.ids, prefix.state
 
 
 def _results(tasks: list[str], per_task: dict, records: list[dict]) -> dict[str, Any]:

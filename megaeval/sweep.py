@@ -25,7 +25,7 @@ from .errors import fail
 from .files import check_writable, write_json_atomic
 from .memory import PeakMemory
 from .models import StreamingLM, load_model, model_options
-from .report import build_report, environment
+from .report import build_report, environment, model_facts, numeric_settings
 from .stream import BooksStream
 from .windows import parse_window_policy, score_windows, windows
 
@@ -171,11 +171,10 @@ def run_ppl_sweep(
     runs = plan_runs(lengths, n_tokens, settings.schedule)
     batches = [runs[i : i + settings.batch_size] for i in range(0, len(runs), settings.batch_size)]
     batches = _split_by_length(batches)
-    model_facts = {"spec": getattr(lm, "spec", settings.model), "options": options, **lm.describe(),
-                   "weights_sha256": lm.weights_sha256()}  # fmt: skip
+    facts = model_facts(lm, settings.model, options)
     fingerprint = {
-        "settings": {k: v for k, v in asdict(settings).items() if k not in ("out", "resume")},
-        "weights_sha256": model_facts["weights_sha256"],
+        "settings": numeric_settings(settings),
+        "weights_sha256": facts["weights_sha256"],
         "manifest_sha256": stream.manifest_sha256,
         "tokens": n_tokens,
         "batches": len(batches),
@@ -209,7 +208,7 @@ def run_ppl_sweep(
     report = build_report(
         "ppl-sweep",
         settings={**asdict(settings), "lengths": lengths, "tokens": n_tokens, "norm_stats": _norm_stats(lm)},
-        model=model_facts,
+        model=facts,
         data={**stream.describe(), "tokens_scored": n_tokens, "span": asdict(span)},
         results=results,
         env=environment(lm.device, lm.dtype),
@@ -363,8 +362,6 @@ def _results(lengths, n_tokens, totals, runs, span, schedule, memory_method) -> 
 
 
 def _progress_bar(enabled: bool, total: int, completed: int):
-    if not enabled:
-        return _NoBar()
     from rich.console import Console
     from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.text import Text
@@ -376,23 +373,7 @@ def _progress_bar(enabled: bool, total: int, completed: int):
     bar = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} tokens"),
         TokensPerSecond(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        console=Console(stderr=True),
+        console=Console(stderr=True), disable=not enabled,
     )  # fmt: skip
     bar.add_task("ppl-sweep", total=total, completed=completed)
     return bar
-
-
-class _NoBar:
-    """Stands in for a rich Progress when progress display is off."""
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        return False
-
-    def advance(self, *args) -> None:
-        pass
-
-    def update(self, *args, **kwargs) -> None:
-        pass
