@@ -34,18 +34,14 @@ import numpy as np
 
 from megaeval.errors import fail
 from megaeval.files import file_sha256
+from megaeval.streams.format import LITTLE_ENDIAN, MANIFEST_FILE, SCHEMA_VERSION, STREAM_KIND, TOKENS_FILE, token_dtype
 from megaeval.tokenizers import SentencePieceTokenizer
 
 if TYPE_CHECKING:
     from megaeval.models.base import Tokenizer
 
-SCHEMA_VERSION = 1
-STREAM_KIND = "megaeval-books-stream"
-TOKENS_FILE = "tokens.bin"
-MANIFEST_FILE = "manifest.json"
 BOOK_SUFFIXES = (".txt", ".txt.gz")
 HUB_NAME = re.compile(r"\w[\w.-]*(/\w[\w.-]*)?")
-_LITTLE_ENDIAN = {"uint16": "<u2", "uint32": "<u4"}
 # Every code point for which str.isspace() is true lies at or below U+3000; the last entry is False.
 _IS_SPACE = np.array([chr(c).isspace() for c in range(0x3002)])
 
@@ -111,8 +107,8 @@ def prepare_books(
     tokenizer = load_books_tokenizer(tokenizer_spec)
     dtype = token_dtype(tokenizer.vocab_size)
     opened = [open_source(str(src), text_field) for src in sources]
-    head = np.array([tokenizer.bos_id] if bos else [], _LITTLE_ENDIAN[dtype])
-    tail = np.array([tokenizer.eos_id] if eos else [], _LITTLE_ENDIAN[dtype])
+    head = np.array([tokenizer.bos_id] if bos else [], LITTLE_ENDIAN[dtype])
+    tail = np.array([tokenizer.eos_id] if eos else [], LITTLE_ENDIAN[dtype])
     kept: list[dict] = []  # manifest entries, plus "start": the byte position of the book in the scratch file
     dropped: list[str] = []
     empty: list[str] = []
@@ -181,11 +177,6 @@ def prepare_books(
     finally:
         for path in tmp.values():
             path.unlink(missing_ok=True)
-
-
-def token_dtype(vocab_size: int) -> str:
-    """The narrowest unsigned dtype that holds every token id of a vocabulary."""
-    return "uint16" if vocab_size <= 1 << 16 else "uint32"
 
 
 def count_words(text: str) -> int:
@@ -401,7 +392,7 @@ def _init_worker(tokenizer_spec: dict, dtype: str) -> None:
 
 def array_encoder(tokenizer: Tokenizer, dtype: str) -> Callable[[str], np.ndarray]:
     """A function from text to its token ids (no BOS/EOS) as a little-endian numpy array of `dtype`."""
-    little_endian = _LITTLE_ENDIAN[dtype]
+    little_endian = LITTLE_ENDIAN[dtype]
     encode_array = getattr(tokenizer, "encode_array", None)
     if encode_array is not None:  # no Python int per token: about 30% faster
         return lambda text: encode_array(text).astype(little_endian)

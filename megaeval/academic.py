@@ -29,16 +29,17 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .academic_tasks import Doc, TaskDocs, draw_exemplars
 from .data import load_split
 from .errors import fail
-from .files import check_writable, write_json_atomic, write_jsonl_atomic
+from .files import check_outputs, check_writable, write_json_atomic, write_jsonl_atomic
 from .generate import greedy_generate, prefill
 from .loglik import Prefix, continuation_logprobs, forward_tokens, read_prefix, starts_with
 from .metrics.academic import choice_predictions, exact_match, group_scores, mean, mean_stderr
-from .models import StreamingLM, load_model, model_options
+from .models import StreamingLM, load_model, model_options, parse_spec
 from .progress import item_bar
 from .progress_log import ProgressLog
 from .report import build_report, environment, model_facts, numeric_settings
@@ -284,11 +285,16 @@ def run_academic(
     if settings.shots is not None and settings.shots < 0:
         raise fail("--shots must be >= 0")
     tasks = parse_tasks(settings.tasks, "academic")
-    out = check_writable(settings.out)
-    if settings.samples:
-        check_writable(settings.samples, "--samples")
     data: dict[str, Any] = {}
     prepared = {task: prepare_task(settings, task, data) for task in tasks}  # bad data fails before the model loads
+    out = Path(settings.out)
+    reads = [d["path"] for d in data.values() if "path" in d] + [parse_spec(settings.model)[1]]
+    resume_file = out.with_name(out.name + ".partial.jsonl")
+    outputs = {"--out": out, "--samples": settings.samples, "the resume file": resume_file}
+    check_outputs(outputs, reads)
+    check_writable(out)
+    if settings.samples:
+        check_writable(settings.samples, "--samples")
 
     options = model_options(settings.model, settings.model_args, kernels=settings.kernels)
     lm = load_model(settings.model, device=settings.device, dtype=settings.dtype, **options)

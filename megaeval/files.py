@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,78 @@ def check_writable(path: str | Path, flag: str = "--out") -> Path:
     except OSError as e:
         raise fail(f"cannot write {flag} {path}: {e.strerror or e}", "choose a writable location") from None
     return path
+
+
+def cache_dir() -> Path:
+    """Where megaeval keeps caches: $MEGAEVAL_CACHE_DIR, else $XDG_CACHE_HOME/megaeval, else ~/.cache/megaeval."""
+    if os.environ.get("MEGAEVAL_CACHE_DIR"):
+        return Path(os.environ["MEGAEVAL_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "megaeval"
+
+
+def cached_file_sha256(path: str | Path) -> str:
+    """sha256 of a (large) file, hashed once and then remembered while the file is unchanged.
+
+    The cache key covers the file's identity and every stat field a write changes (size, mtime and
+    ctime in ns, inode, device); ctime cannot be set back by a user, so an edit always re-hashes.
+    """
+    path = Path(path).resolve()
+    st = path.stat()
+    key = f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}"
+    entry = cache_dir() / "sha256" / hashlib.sha256(key.encode()).hexdigest()
+    try:
+        cached = entry.read_text().strip()
+        if len(cached) == 64:
+            return cached
+    except OSError:
+        pass
+    digest = file_sha256(path)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+        tmp.write_text(digest + "\n")
+        os.replace(tmp, entry)
+    except OSError:
+        pass  # a read-only home only costs a re-hash next time
+    return digest
+
+
+def _files_under(path: Path, limit: int = 10_000) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    found: list[Path] = []
+    for root, _dirs, names in os.walk(path):
+        found += [Path(root) / n for n in names]
+        if len(found) >= limit:
+            break
+    return found
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links, bind mounts
+    except OSError:
+        return False
+
+
+def check_outputs(outputs: dict[str, str | Path | None], reads: Iterable[str | Path | None]) -> None:
+    """Refuse, before any work, an output that is a file being read or that another output also names.
+
+    `outputs` maps a flag (e.g. "--out") to its path; `reads` are the files and folders the run reads
+    (a folder stands for every file in it).
+    """
+    named = [(flag, Path(p)) for flag, p in outputs.items() if p is not None]
+    for i, (flag, path) in enumerate(named):
+        for other_flag, other in named[:i]:
+            if _same_file(path, other):
+                raise fail(f"{other_flag} and {flag} are the same file {path}", "give each output its own file name")
+    inputs = [f for r in reads if r is not None for f in _files_under(Path(r))]
+    for flag, path in named:
+        for source in inputs:
+            if _same_file(path, source):
+                raise fail(
+                    f"{flag} {path} is an input of this run ({source}); writing it would destroy that input",
+                    f"choose another {flag} path",
+                )

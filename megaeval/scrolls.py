@@ -21,11 +21,11 @@ from typing import Any
 
 from .data import load_split, read_rows
 from .errors import fail
-from .files import check_writable, file_sha256, write_json_atomic, write_jsonl_atomic
+from .files import check_outputs, check_writable, file_sha256, write_json_atomic, write_jsonl_atomic
 from .generate import greedy_generate, prefill
 from .loglik import read_prefix
 from .metrics.scrolls import TASK_METRICS, example_scores, scrolls_scores
-from .models import StreamingLM, load_model, model_options
+from .models import StreamingLM, load_model, model_options, parse_spec
 from .progress import item_bar
 from .progress_log import ProgressLog
 from .report import build_report, environment, model_facts, numeric_settings
@@ -168,14 +168,12 @@ def run_scrolls(
         raise fail("--limit must be at least 1")
     tasks = parse_tasks(settings.tasks, "scrolls")
     per_task = {t: task_settings(settings, t) for t in tasks}
-    out = check_writable(settings.out)
-    if settings.samples:
-        check_writable(settings.samples, "--samples")
     data = {}
     examples = {}
     for task in tasks:
         rows, data[task] = load_split(task, per_task[task]["split"], settings.data_dir, per_task[task]["hub"])
         examples[task] = group_examples(rows)[: settings.limit]
+    out = _check_outputs(settings, data)
     if settings.predictions is not None:
         return _score_predictions(settings, tasks, per_task, examples, data, out)
     exemplars = {}
@@ -185,6 +183,7 @@ def run_scrolls(
             choice = per_task[task]
             rows, data[f"{task}:shots"] = load_split(task, choice["shot_split"], settings.data_dir, choice["hub"])
             pool = group_examples(rows)
+            _check_outputs(settings, data)
         exemplars[task] = pick_exemplars(pool, per_task[task]["shots"], settings.seed, task)
 
     options = model_options(settings.model, settings.model_args, kernels=settings.kernels)
@@ -231,6 +230,21 @@ def run_scrolls(
     write_json_atomic(out, report)
     log.finish()
     return report
+
+
+def _check_outputs(settings: ScrollsSettings, data: dict[str, Any]) -> Path:
+    """No output may overwrite the data, the predictions, the model or another output."""
+    out = Path(settings.out)
+    reads = [d["path"] for d in data.values() if "path" in d] + [settings.predictions]
+    if settings.predictions is None:
+        reads.append(parse_spec(settings.model)[1])
+    resume_file = out.with_name(out.name + ".partial.jsonl")
+    outputs = {"--out": out, "--samples": settings.samples, "the resume file": resume_file}
+    check_outputs(outputs, reads)
+    check_writable(out)
+    if settings.samples:
+        check_writable(settings.samples, "--samples")
+    return out
 
 
 def _prefix(lm: StreamingLM, choice: dict, exemplars: list[Example], bos: bool) -> tuple[list[int], Any]:

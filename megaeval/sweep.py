@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from .errors import fail
-from .files import check_writable, write_json_atomic
+from .files import check_outputs, check_writable, write_json_atomic
 from .memory import PeakMemory
-from .models import StreamingLM, load_model, model_options
+from .models import StreamingLM, load_model, model_options, parse_spec
 from .report import build_report, environment, model_facts, numeric_settings
-from .stream import BooksStream
+from .streams import BooksStream
 from .windows import parse_window_policy, score_windows, windows
 
 DEFAULT_LENGTHS = "4K,8K,16K,32K,64K,128K,256K,512K,1M,2M"
@@ -156,8 +156,10 @@ def run_ppl_sweep(
         raise fail(f"--batch-size must be at least 1, got {settings.batch_size}")
     lengths = parse_lengths(settings.lengths)
     requested = None if settings.tokens is None else parse_count(settings.tokens, "--tokens")
-    out = check_writable(settings.out)
+    out = Path(settings.out)
     partial = out.with_name(out.name + ".partial")
+    check_outputs({"--out": out, "the resume file": partial}, [settings.stream, parse_spec(settings.model)[1]])
+    check_writable(out)
     if partial.exists() and not settings.resume:
         raise fail(f"an interrupted run left {partial}", "pass --resume to continue it, or delete that file")
 
@@ -176,6 +178,7 @@ def run_ppl_sweep(
         "settings": numeric_settings(settings),
         "weights_sha256": facts["weights_sha256"],
         "manifest_sha256": stream.manifest_sha256,
+        "tokens_sha256": stream.tokens_sha256,
         "tokens": n_tokens,
         "batches": len(batches),
     }

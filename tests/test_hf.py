@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from megaeval import MegaevalError, load_model
+from megaeval.models import load_tokenizer, parse_model_args
 from megaeval.sweep import SweepSettings, run_ppl_sweep
 from megaeval.windows import score_windows, windows
 from tests.conftest import AUSTEN, write_stream
@@ -151,7 +152,8 @@ def write_stream_hf(out: Path, texts: list[str], tok, model_dir: Path) -> None:
     write_stream(out, texts, None, tokenizer=HFTokenizer(tok, str(model_dir)))
 
 
-def test_no_remote_code_without_consent(llama_dir, tmp_path):
+@pytest.mark.parametrize("consent", [None, "no", "off", "maybe", "False", "0", "yes please"])
+def test_no_remote_code_without_consent(llama_dir, tmp_path, consent):
     custom = tmp_path / "custom"
     custom.mkdir()
     for f in llama_dir.iterdir():
@@ -163,8 +165,12 @@ def test_no_remote_code_without_consent(llama_dir, tmp_path):
     cfg["model_type"] = "evil"
     (custom / "config.json").write_text(json.dumps(cfg))
     (custom / "modeling_evil.py").write_text(f"import os\nos.makedirs({str(tmp_path / 'RAN')!r})\n")
-    with pytest.raises(MegaevalError, match="trust_remote_code=true"):
-        load_model(f"hf:{custom}")
+    options = {} if consent is None else parse_model_args(f"trust_remote_code={consent}")
+    refusal = "trust_remote_code=true" if consent in (None, "False", "0") else "is not true or false"
+    with pytest.raises(MegaevalError, match=refusal):
+        load_model(f"hf:{custom}", **options)
+    with pytest.raises(MegaevalError, match=refusal):
+        load_tokenizer(f"hf:{custom}", **options)
     assert not (tmp_path / "RAN").exists()
 
 

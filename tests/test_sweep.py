@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from megaeval import MegaevalError, load_model
 from megaeval.cli import app
-from megaeval.stream import BooksStream
+from megaeval.streams import BooksStream
 from megaeval.sweep import SweepSettings, bucket_edges, parse_lengths, plan_runs, resolve_tokens, run_ppl_sweep
 from tests.conftest import AUSTEN, small_args
 

@@ -16,6 +16,7 @@ from . import hf
 from .base import StreamingLM, Tokenizer
 from .megalodon import adapter as megalodon_adapter
 from .megalodon import is_checkpoint_dir as is_megalodon_dir
+from .options import parse_model_args
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "assets" / "megalodon-tiny"
 
@@ -100,31 +101,6 @@ def parse_device(name: str | torch.device) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise fail(f"device {name} requested but CUDA is not available", "use --device cpu")
     return device
-
-
-def parse_model_args(text: str | None) -> dict[str, Any]:
-    """Parse 'k=v,k2=v2' into a dict; true/false become bools and numbers become numbers."""
-    options: dict[str, Any] = {}
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise fail(f"bad --model-args item {item!r}", "write key=value pairs separated by commas")
-        options[key.strip()] = _parse_value(value.strip())
-    return options
-
-
-def _parse_value(value: str) -> Any:
-    if value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
 
 
 def _check_options(family: str, options: dict[str, Any]) -> None:

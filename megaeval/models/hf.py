@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from ..errors import fail
 from ..files import file_sha256
 from .base import StreamingLM
+from .options import as_bool
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -244,7 +245,7 @@ def _locate(path: Path, gguf_file: str | None) -> tuple[Path, str | None]:
 
 def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
     """Custom modelling/tokenizer code (an auto_map) runs only with explicit consent."""
-    if trust_remote_code:
+    if as_bool("trust_remote_code", trust_remote_code):
         return
     for name in ("config.json", "tokenizer_config.json"):
         try:
@@ -263,6 +264,7 @@ def load_tokenizer(
 ) -> HFTokenizer:
     """The tokenizer of a local transformers model (directory or GGUF), offline."""
     tf = _transformers()
+    trust_remote_code = as_bool("trust_remote_code", trust_remote_code)
     path, gguf_file = _locate(Path(path), gguf_file)
     _refuse_remote_code(path, trust_remote_code)
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
@@ -285,6 +287,7 @@ def load(
 ) -> HFCausalLM:
     """Load a local transformers causal LM. Remote code runs only with trust_remote_code=true."""
     tf = _transformers()
+    trust_remote_code = as_bool("trust_remote_code", trust_remote_code)
     path, gguf_file = _locate(Path(path), gguf_file)
     tokenizer = load_tokenizer(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}

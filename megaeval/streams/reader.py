@@ -1,4 +1,4 @@
-"""Reading a books stream made by `megaeval prep-books`: tokens.bin (memory-mapped) + manifest.json."""
+"""Reading a books stream made by `megaeval prep-books`: tokens.bin (memory-mapped) + manifest.json, verified."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import fail
-from .models.base import Tokenizer
-
-SCHEMA_VERSION = 1
+from ..errors import fail
+from ..files import cached_file_sha256
+from ..models.base import Tokenizer
+from .format import LITTLE_ENDIAN, MANIFEST_FILE, validate_manifest
 
 
 @dataclass
@@ -27,38 +27,53 @@ class TextSpan:
 
 
 class BooksStream:
-    """A tokenized books stream: `tokens` is a read-only memory map of `total_tokens` ids."""
+    """A tokenized books stream: `tokens` is a read-only memory map of `total_tokens` ids.
 
-    def __init__(self, path: str | Path):
+    Opening one validates the manifest and checks tokens.bin against its recorded sha256 (hashed
+    once per file version, see `cached_file_sha256`), so no number is ever computed from edited tokens.
+    """
+
+    def __init__(self, path: str | Path, verify: bool = True):
         self.path = Path(path)
-        manifest_path = self.path / "manifest.json"
+        manifest_path = self.path / MANIFEST_FILE
         if not self.path.is_dir():
-            raise fail(f"stream directory not found: {self.path}", "build one with `megaeval prep-books ... --out DIR`")
+            what = "is a file, not a stream folder" if self.path.exists() else "not found"
+            raise fail(f"stream directory {self.path} {what}", "build one with `megaeval prep-books ... --out DIR`")
         if not manifest_path.is_file():
-            raise fail(f"{self.path} has no manifest.json", "it is not a complete stream; re-run `megaeval prep-books`")
+            raise fail(
+                f"{self.path} has no {MANIFEST_FILE}", "it is not a complete stream; re-run `megaeval prep-books`"
+            )
         raw = manifest_path.read_bytes()
         try:
-            self.manifest: dict[str, Any] = json.loads(raw)
-        except ValueError as e:
+            manifest = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
             raise fail(f"{manifest_path} is not valid JSON ({e})", "re-run `megaeval prep-books`") from None
-        if self.manifest.get("kind") != "megaeval-books-stream":
-            raise fail(f"{manifest_path} is not a megaeval books-stream manifest")
-        if self.manifest.get("schema_version") != SCHEMA_VERSION:
-            raise fail(
-                f"{manifest_path} has schema_version {self.manifest.get('schema_version')}, expected {SCHEMA_VERSION}",
-                "re-run `megaeval prep-books` with this megaeval version",
-            )
+        self.manifest: dict[str, Any] = validate_manifest(manifest, manifest_path)
         self.manifest_sha256 = hashlib.sha256(raw).hexdigest()
-        tokens_path = self.path / self.manifest["tokens_file"]
-        dtype = np.dtype(self.manifest["dtype"])
+        self.tokens_path = self.path / self.manifest["tokens_file"]
+        dtype = np.dtype(LITTLE_ENDIAN[self.manifest["dtype"]])
         expected = self.manifest["total_tokens"] * dtype.itemsize
-        if not tokens_path.is_file() or tokens_path.stat().st_size != expected:
-            size = tokens_path.stat().st_size if tokens_path.is_file() else "missing"
+        if not self.tokens_path.is_file() or self.tokens_path.stat().st_size != expected:
+            size = f"{self.tokens_path.stat().st_size} bytes" if self.tokens_path.is_file() else "missing"
             raise fail(
-                f"{tokens_path} should hold {expected} bytes ({self.manifest['total_tokens']} tokens) but is {size}",
+                f"{self.tokens_path} should hold {expected} bytes ({len(self)} tokens) but is {size}",
                 "the stream is incomplete or corrupt; re-run `megaeval prep-books`",
             )
-        self.tokens = np.memmap(tokens_path, dtype=dtype, mode="r")
+        self.tokens_sha256 = self.manifest["tokens_sha256"]
+        if verify:
+            try:
+                actual = cached_file_sha256(self.tokens_path)
+            except OSError as e:
+                raise fail(
+                    f"cannot read {self.tokens_path}: {e.strerror or e}", "check the file's permissions"
+                ) from None
+            if actual != self.tokens_sha256:
+                raise fail(
+                    f"{self.tokens_path} does not match its manifest (sha256 {actual[:12]}, manifest says "
+                    f"{self.tokens_sha256[:12]}): the tokens were changed after prep-books",
+                    "re-run `megaeval prep-books` to rebuild the stream",
+                )
+        self.tokens = np.memmap(self.tokens_path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)
 
     def __len__(self) -> int:
         return int(self.manifest["total_tokens"])
@@ -111,7 +126,7 @@ class BooksStream:
         return {
             "stream": str(self.path),
             "manifest_sha256": self.manifest_sha256,
-            "tokens_sha256": m.get("tokens_sha256"),
+            "tokens_sha256": self.tokens_sha256,
             "total_tokens": len(self),
             "books": len(m["books"]),
             "seed": m.get("seed"),
