@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 
 # pytest exits 5 when it collects nothing: say so, and fail (a silent pass would hide a broken setup).
 test: setup
-	@$(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	@$(BIN)/pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; fi; exit $$rc
 
 # The embedded tiny MEGALODON, offline: a perplexity sweep on the held-out Austen novel (table + plot),
@@ -42,3 +42,17 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# A fresh clone under a long path runs the quick start's `make test` there, so that path-dependent failures show
+# up: code that assumes this checkout's location, its .venv or files git does not track, or short paths (a long
+# venv path, for one, makes console-script shebangs exceed the kernel's limit). The clone builds its own .venv
+# (pip's cache keeps that quick) and is deleted afterwards, pass or fail. It sees committed work only.
+CHECK_FRESH_NAME := a-deliberately-long-folder-name-so-that-code-which-assumes-short-paths-or-this-checkouts-location-fails-here-in-a-fresh-clone-with-its-own-virtualenv
+.PHONY: check-fresh
+check-fresh:
+	@tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/megaeval-check-fresh.XXXXXX") || exit 1; \
+	trap 'rm -rf "$$tmp"' EXIT; trap 'exit 1' HUP INT PIPE TERM; \
+	dir="$$tmp/$(CHECK_FRESH_NAME)/megaeval"; \
+	echo "check-fresh: cloning into $$dir (a path of $${#dir} characters)"; \
+	git clone --quiet "$(CURDIR)" "$$dir" && \
+	$(MAKE) --no-print-directory -C "$$dir" test VENV=.venv PYTHON="$(PYTHON)" TORCH="$(TORCH)" PYTEST_ARGS="$(PYTEST_ARGS)"

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
 from megaeval.kernels import attention, cema, nll, timestep_norm
 from megaeval.kernels.common import available
-
 from megaeval.models.megalodon import Megalodon, MegalodonLM, ModelArgs
 from megaeval.models.megalodon.model import MultiHeadComplexEMA
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import sentencepiece as spm
+
 from megaeval.data_prep.books import prepare_books
 
 REPO = Path(__file__).resolve().parents[1]

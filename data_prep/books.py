@@ -17,7 +17,6 @@ import json
 import multiprocessing
 import os
 import random
-import re
 import signal
 import tempfile
 import time
@@ -32,41 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from megaeval.data_prep.book_sources import Source, open_source, tree_sha256
 from megaeval.errors import fail
-from megaeval.files import file_sha256
 from megaeval.streams.format import LITTLE_ENDIAN, MANIFEST_FILE, SCHEMA_VERSION, STREAM_KIND, TOKENS_FILE, token_dtype
 from megaeval.tokenizers import SentencePieceTokenizer
 
 if TYPE_CHECKING:
     from megaeval.models.base import Tokenizer
 
-BOOK_SUFFIXES = (".txt", ".txt.gz")
-HUB_NAME = re.compile(r"\w[\w.-]*(/\w[\w.-]*)?")
 # Every code point for which str.isspace() is true lies at or below U+3000; the last entry is False.
 _IS_SPACE = np.array([chr(c).isspace() for c in range(0x3002)])
-
-
-@dataclass
-class Source:
-    """One SRC argument, resolved: its kind, checksum and how to enumerate its books (not read yet)."""
-
-    path: str
-    kind: str
-    name: str  # the prefix of its book ids
-    count: int  # books (files or rows) before skipping empty ones
-    files: list[tuple[str, Path]] | None = None  # (book id, file) for file-per-book sources
-    root: Path | None = None  # the folder, for folder sources
-    rows: Callable[[], Iterator[tuple[str, Any]]] | None = None  # (where, field value) for row sources
-    sha256: str | None = None  # row sources; file sources get theirs from the workers' file hashes
-
-    def tasks(self, index: int, text_field: str) -> Iterator[tuple[str, int, str | None, str | None]]:
-        """(book id, source index, file path or None, text or None) for each book, in canonical order."""
-        if self.files is not None:
-            for book_id, path in self.files:
-                yield book_id, index, str(path), None
-        else:
-            for row, (where, value) in enumerate(self.rows()):
-                yield f"{self.name}:{row}", index, None, _text_value(value, where, text_field)
 
 
 @dataclass
@@ -95,18 +69,42 @@ def prepare_books(
     progress: bool = True,
     force: bool = False,
 ) -> dict:
-    """Tokenize the books of `sources` into out_dir/tokens.bin and out_dir/manifest.json; return the manifest."""
+    """Tokenize the books of `sources` into out_dir/tokens.bin and out_dir/manifest.json; return the manifest.
+
+    A failed run leaves `out_dir` as it was: an old stream intact, no temporary files, and no folder
+    that this run created.
+    """
     if not sources:
         raise fail("no sources given", "pass at least one folder, file or dataset")
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if workers < 1:
-        raise fail(f"workers must be at least 1, got {workers}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise fail(f"workers must be at least 1, got {workers}", "pass --workers 1 or more")
+    if isinstance(min_tokens, bool) or not isinstance(min_tokens, int) or min_tokens < 0:
+        raise fail(f"--min-tokens must be 0 or more, got {min_tokens}", "pass 0 to keep every non-empty book")
     out = Path(out_dir)
-    _check_out_dir(out, force)
-    tokenizer = load_books_tokenizer(tokenizer_spec)
+    created = _check_out_dir(out, force)
+    try:
+        tokenizer = load_books_tokenizer(tokenizer_spec)
+        opened = [open_source(str(src), text_field) for src in sources]
+        return _write_stream(
+            opened, out, tokenizer_spec, tokenizer, seed, min_tokens, text_field, bos, eos, workers, progress
+        )
+    except BaseException:
+        for folder in created:  # deepest first; rmdir removes only what is still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def _write_stream(
+    opened: list[Source], out: Path, tokenizer_spec: dict, tokenizer: Tokenizer, seed: int, min_tokens: int,
+    text_field: str, bos: bool, eos: bool, workers: int, progress: bool,
+) -> dict:  # fmt: skip
+    """Tokenize, shuffle and write the stream through temporary files, then put them in place."""
     dtype = token_dtype(tokenizer.vocab_size)
-    opened = [open_source(str(src), text_field) for src in sources]
     head = np.array([tokenizer.bos_id] if bos else [], LITTLE_ENDIAN[dtype])
     tail = np.array([tokenizer.eos_id] if eos else [], LITTLE_ENDIAN[dtype])
     kept: list[dict] = []  # manifest entries, plus "start": the byte position of the book in the scratch file
@@ -201,193 +199,58 @@ def load_books_tokenizer(spec: dict) -> Tokenizer:
     return load_tokenizer(spec["model"], **(spec.get("model_args") or {}))
 
 
-def open_source(src: str, text_field: str = "text") -> Source:
-    """Resolve one SRC argument (folder, file, save_to_disk folder or hub name) without tokenizing it."""
-    path = Path(src).expanduser()
-    if path.is_dir():
-        if (path / "dataset_dict.json").is_file():
-            splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
-            raise fail(f"{src} holds several splits ({', '.join(splits)})", f"pass one of them: {path}/<split>")
-        if (path / "state.json").is_file():
-            return _open_saved_dataset(src, path, text_field)
-        return _open_folder(src, path)
-    if path.is_file():
-        return _open_file(src, path, text_field)
-    if path.exists():
-        raise fail(f"{src} is neither a file nor a folder", "pass a folder, a file or a dataset")
-    name = src.partition(":")[0]
-    if not HUB_NAME.fullmatch(name) or name.lower().endswith((".txt", ".gz", ".jsonl", ".parquet")):
-        raise fail(f"source not found: {src}", "check the path")
-    return _open_hub(src, text_field)
-
-
-def _open_folder(src: str, path: Path) -> Source:
-    found = (p for p in path.rglob("*") if p.name.lower().endswith(BOOK_SUFFIXES) and p.is_file())
-    files = sorted((p.relative_to(path).as_posix(), p) for p in found)
-    if not files:
-        raise fail(f"no .txt or .txt.gz files under {src}", "pass a folder with one book per .txt file, or a file")
-    name = Path(os.path.abspath(path)).name
-    return Source(src, "folder", name, len(files), files=[(f"{name}/{rel}", p) for rel, p in files], root=path)
-
-
-def _open_file(src: str, path: Path, text_field: str) -> Source:
-    lower = path.name.lower()
-    if lower.endswith(BOOK_SUFFIXES):
-        return Source(src, "txt.gz" if lower.endswith(".gz") else "txt", path.name, 1, files=[(path.name, path)])
-    if lower.endswith((".jsonl", ".jsonl.gz")):
-        return _open_jsonl(src, path, text_field)
-    if lower.endswith(".parquet"):
-        return _open_parquet(src, path, text_field)
-    raise fail(
-        f"unknown file type: {src}",
-        "pass .txt, .txt.gz, .jsonl, .jsonl.gz or .parquet files, or a folder of .txt files",
-    )
-
-
-def _open_jsonl(src: str, path: Path, text_field: str) -> Source:
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            count = sum(1 for line in f if line.strip())
-    except (OSError, EOFError, zlib.error) as e:
-        raise fail(f"cannot read {src}: {e}", "check the file") from None
-
-    def rows() -> Iterator[tuple[str, Any]]:
-        with opener(path, "rb") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{src} line {number}"
-                try:
-                    record = json.loads(line)
-                except UnicodeDecodeError:
-                    raise fail(f"{where} is not valid UTF-8", "convert the file to UTF-8") from None
-                except ValueError as e:
-                    raise fail(f"{where} is not valid JSON ({e})", "write one JSON object per line") from None
-                if not isinstance(record, dict) or text_field not in record:
-                    fields = ", ".join(record) if isinstance(record, dict) else "not a JSON object"
-                    raise fail(
-                        f"{where} has no {text_field!r} field (it has: {fields})",
-                        "pass --text-field with the field that holds the text",
-                    )
-                yield where, record[text_field]
-
-    return Source(src, "jsonl", path.name, count, rows=rows, sha256=file_sha256(path))
-
-
-def _open_parquet(src: str, path: Path, text_field: str) -> Source:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for files it cannot parse
-        raise fail(f"cannot read {src} as parquet ({_first_line(e)})", "check the file") from None
-    columns = table.schema_arrow.names
-    if text_field not in columns:
-        raise fail(
-            f"{src} has no {text_field!r} column (it has: {', '.join(columns)})",
-            "pass --text-field with the column that holds the text",
-        )
-
-    def rows() -> Iterator[tuple[str, Any]]:
-        values = (
-            value for batch in table.iter_batches(64, columns=[text_field]) for value in batch.column(0).to_pylist()
-        )
-        for row, value in enumerate(values):
-            yield f"{src} row {row}", value
-
-    return Source(src, "parquet", path.name, table.metadata.num_rows, rows=rows, sha256=file_sha256(path))
-
-
-def _open_saved_dataset(src: str, path: Path, text_field: str) -> Source:
-    import datasets
-
-    try:
-        dataset = datasets.load_from_disk(str(path))
-    except Exception as e:  # datasets raises many types for damaged folders
-        raise fail(f"cannot load dataset {src} ({_first_line(e)})", "pass a folder written by save_to_disk") from None
-    sha = _tree_sha256([(p.name, file_sha256(p)) for p in sorted(path.glob("*.arrow"))])
-    name = Path(os.path.abspath(path)).name
-    return _dataset_source(src, "datasets", name, dataset, text_field, sha)
-
-
-def _open_hub(src: str, text_field: str) -> Source:
-    import datasets
-    import huggingface_hub
-
-    name, _, split = src.partition(":")
-    split = split or "validation"
-    problem = f"{src} is neither a local path nor a dataset reachable on the hub"
-    fix = "check the path, or the dataset name and the network (HF_HUB_OFFLINE=1 uses datasets cached locally)"
-    # One quick request fails in a second where the loader would retry for half a minute.
-    if not getattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False):
-        try:
-            huggingface_hub.HfApi().dataset_info(name, timeout=10)
-        except Exception as e:  # connection errors, missing or private repositories, ...
-            raise fail(f"{problem} ({type(e).__name__}: {_first_line(e)})", fix) from None
-    try:
-        dataset = datasets.load_dataset(name, split=split)
-    except Exception as e:
-        raise fail(f"cannot load split {split!r} of hub dataset {name} ({_first_line(e)})", fix) from None
-    sha = hashlib.sha256(dataset._fingerprint.encode()).hexdigest()
-    return _dataset_source(src, "hub", name, dataset, text_field, sha)
-
-
-def _dataset_source(src: str, kind: str, name: str, dataset: Any, text_field: str, sha: str) -> Source:
-    if text_field not in dataset.column_names:
-        raise fail(
-            f"{src} has no {text_field!r} column (it has: {', '.join(dataset.column_names)})",
-            "pass --text-field with the column that holds the text",
-        )
-
-    def rows() -> Iterator[tuple[str, Any]]:
-        values = (value for batch in dataset.select_columns([text_field]).iter(64) for value in batch[text_field])
-        for row, value in enumerate(values):
-            yield f"{src} row {row}", value
-
-    return Source(src, kind, name, len(dataset), rows=rows, sha256=sha)
-
-
-def _text_value(value: Any, where: str, text_field: str) -> str:
-    if value is None:
-        return ""  # a null text is an empty book
-    if not isinstance(value, str):
-        raise fail(
-            f"{where}: {text_field!r} is a {type(value).__name__}, not text", "pass --text-field with a text field"
-        )
-    return value
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0]
-
-
-def _tree_sha256(pairs: list[tuple[str, str]]) -> str:
-    """Checksum of a set of files: sha256 of their `sha256sum`-style lines, "<sha256>  <relative path>\\n"."""
-    return hashlib.sha256("".join(f"{sha}  {rel}\n" for rel, sha in sorted(pairs)).encode()).hexdigest()
-
-
-def _check_out_dir(out: Path, force: bool) -> None:
+def _check_out_dir(out: Path, force: bool) -> list[Path]:
+    """Refuse an existing stream (unless `force`) or an unwritable `out`; return the folders created, deepest first."""
     if (out / MANIFEST_FILE).exists() and not force:
         raise fail(
             f"{out} already holds a books stream ({MANIFEST_FILE})", "pass --force to replace it, or another --out"
         )
+    created, folder = [], out
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        created.append(folder)
+        folder = folder.parent
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as e:
+        for made in created:
+            try:
+                made.rmdir()
+            except OSError:
+                pass
         raise fail(f"cannot write to output folder {out} ({e.strerror or e})", "pass a writable --out") from None
+    return created
 
 
 # Worker side. Module-level functions and an initializer, so the pool also works with "spawn".
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(tokenizer_spec: dict, dtype: str) -> None:
-    """Pool initializer: each worker builds its own tokenizer; Ctrl-C is left to the parent, which stops the pool."""
+def _init_worker(tokenizer_spec: dict, dtype: str, parent: int | None = None) -> None:
+    """Pool initializer: each worker builds its own tokenizer and dies quietly with its parent.
+
+    Ctrl-C is left to the parent, which stops the pool. A parent killed outright (SIGKILL) takes its
+    workers with it (Linux), and a worker whose result pipe has lost its reader dies of SIGPIPE
+    instead of printing a BrokenPipeError traceback.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _die_with_parent(parent)
     _WORKER["encode"] = array_encoder(load_books_tokenizer(tokenizer_spec), dtype)
+
+
+def _die_with_parent(parent: int | None) -> None:
+    if parent is None:
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux only)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(0)
 
 
 def array_encoder(tokenizer: Tokenizer, dtype: str) -> Callable[[str], np.ndarray]:
@@ -443,7 +306,9 @@ def _tokenized(
             _WORKER.clear()
         return
     chunksize = max(1, min(64, total // (workers * 32)))  # rows may be tiny: send them in batches
-    with multiprocessing.get_context().Pool(min(workers, total), _init_worker, (tokenizer_spec, dtype)) as pool:
+    context = multiprocessing.get_context()
+    parent = None if context.get_start_method() == "forkserver" else os.getpid()  # whose death ends the workers
+    with context.Pool(min(workers, total), _init_worker, (tokenizer_spec, dtype, parent)) as pool:
         yield pool.imap(_process_book, tasks, chunksize)  # leaving the block terminates the pool
 
 
@@ -464,7 +329,11 @@ def _progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int], None]]:
         bar.update(job, advance=1, rate=f"{tokens / (time.perf_counter() - start):,.0f} tokens/s")
 
     with bar:
-        yield advance
+        try:
+            yield advance
+        except BaseException:
+            bar.live.transient = True  # a failed run leaves no bar behind: its error is the one line on stderr
+            raise
 
 
 def _write_shuffled(books: list[dict], scratch: Path, out: Path, itemsize: int, delimiters: int) -> tuple[int, str]:
@@ -497,7 +366,7 @@ def _describe_sources(sources: list[Source], kept: list[dict], file_hashes: dict
     for i, source in enumerate(sources):
         sha = source.sha256
         if source.root is not None:
-            sha = _tree_sha256(
+            sha = tree_sha256(
                 [
                     (p.relative_to(source.root).as_posix(), h)
                     for (_, p), h in zip(source.files, file_hashes[i], strict=True)

@@ -37,7 +37,7 @@ def compile_all(arch: int = 90) -> dict[str, dict[str, int]]:
 
     out = {}
     for kernel, cfg, fp32_ptrs in cases():
-        fn = kernel.build()
+        fn = kernel.build(triton)
         options = {k: cfg[k] for k in ("num_warps", "num_stages") if k in cfg}
         constants = {k: v for k, v in cfg.items() if k not in options}
         signature = {}

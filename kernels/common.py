@@ -1,8 +1,13 @@
 """What the kernels share: dtypes, and Triton, imported late.
 
-Triton is imported, and each kernel jitted, on the first launch of a kernel: megaeval imports where
-Triton is not installed, and TRITON_INTERPRET (which Triton reads when it is imported) can still be
-set after megaeval is imported, e.g. at the top of a test module.
+Triton is imported, and each kernel jitted, on the first launch of a kernel, so megaeval imports where
+Triton is not installed. Triton (3.9) reads TRITON_INTERPRET whenever `triton.jit` decorates a function:
+set, it makes a CPU-interpreted function, and an interpreted function stays interpreted however the
+variable changes later (a jitted one likewise stays compiled). Triton's own library functions
+(`tl.sum`, `tl.max`, ...) are decorated when Triton is imported, so the variable must be set before
+Triton is imported, and an import of Triton is interpreted, or not, for good. A kernel is therefore
+jitted once per import of Triton, and a launch whose TRITON_INTERPRET disagrees with the imported
+Triton fails with a clear message.
 """
 
 from __future__ import annotations
@@ -35,13 +40,20 @@ def interpreting() -> bool:
 
 
 def _import_triton() -> Any:
+    """Triton, checked to agree with TRITON_INTERPRET (see the module's docstring)."""
     import triton
     from triton.runtime.interpreter import InterpretedFunction
 
-    if interpreting() and not isinstance(triton.language.standard.sum, InterpretedFunction):
+    interpreted = isinstance(triton.language.standard.sum, InterpretedFunction)
+    if interpreting() and not interpreted:
         raise fail(
             "TRITON_INTERPRET=1 was set after Triton was imported, so Triton's own functions are not interpreted",
             "set it before anything imports triton (e.g. in the environment)",
+        )
+    if interpreted and not interpreting():
+        raise fail(
+            "Triton was imported under TRITON_INTERPRET=1 and can only interpret kernels, but the variable is unset",
+            "set TRITON_INTERPRET=1 for the whole process, or not at all",
         )
     return triton
 
@@ -51,17 +63,18 @@ class LateKernel:
 
     def __init__(self, fn: Callable[..., None], **options: Any):
         self.fn, self.options = fn, options
-        self._built: dict[bool, Any] = {}
+        self._built: dict[Any, Any] = {}  # the imported triton module -> the function jitted by it
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        mode = interpreting()
-        if mode not in self._built:
-            self._built[mode] = self.build()
-        return self._built[mode][grid]
-
-    def build(self) -> Any:
-        """triton.jit of the function: a JITFunction, or an interpreted one under TRITON_INTERPRET=1."""
         triton = _import_triton()
+        if triton not in self._built:
+            self._built[triton] = self.build(triton)
+        self.fn.__globals__["tl"] = triton.language  # the kernel's module sees the language of this import
+        return self._built[triton][grid]
+
+    def build(self, triton: Any = None) -> Any:
+        """triton.jit of the function: a JITFunction, or an interpreted one under TRITON_INTERPRET=1."""
+        triton = triton or _import_triton()
         self.fn.__globals__["tl"] = triton.language
         return triton.jit(self.fn, **self.options)
 

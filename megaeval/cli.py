@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from .errors import MegaevalError
-from .sweep import DEFAULT_LENGTHS
+from .scoring.sweep_plan import DEFAULT_LENGTHS
 
 app = typer.Typer(
     add_completion=False,
@@ -59,16 +59,6 @@ def user_errors(fn):
     return wrapper
 
 
-def human_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError
-
-
 @app.command()
 @user_errors
 def info(
@@ -80,46 +70,11 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """What a checkpoint is: architecture, sizes, chunk, state bytes, tokenizer."""
-    from .models import load_model, model_options, parse_model_args
+    from .commands.info import info_table, load_for_info
+    from .models import parse_model_args
 
-    options = model_options(model, parse_model_args(model_args), kernels=kernels)
-    facts = load_model(model, device=device, dtype=dtype, **options).describe()
-    if as_json:
-        print(json.dumps(facts, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{facts['family']} model", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    cfg = facts["config"]
-    rows = [
-        ("path", facts["path"]),
-        ("parameters", f"{facts['parameters']:,}"),
-        ("layers × model_dim", f"{cfg['num_layers']} × {cfg['model_dim']}"),
-        ("z_dim / value_dim / heads", f"{cfg['z_dim']} / {cfg['value_dim']} / {cfg['num_heads']}"),
-        ("ffn_hidden_dim", f"{cfg['ffn_hidden_dim']}" + (" (SwiGLU)" if cfg["swiglu"] else "")),
-        ("cema_ndim / norm groups", f"{cfg['cema_ndim']} / {cfg['norm_num_groups']}"),
-        ("chunk size", f"{facts['chunk_size']:,}"),
-        ("max context", "unlimited (state carried)" if facts["max_context"] is None else f"{facts['max_context']:,}"),
-        ("state per sequence", f"{human_bytes(facts['state_bytes_per_sequence'])} (at most)"),
-        ("norm statistics", facts["norm_stats"]),
-        (
-            "dtype",
-            f"{facts['dtype']} on {facts['device']} (stored {facts['stored_dtype']}, "
-            f"model-parallel {facts['model_parallel_size']})",
-        ),
-        ("tokenizer", facts["tokenizer"]["path"]),
-        (
-            "vocabulary",
-            f"{facts['tokenizer']['vocab_size']:,} (bos {facts['tokenizer']['bos_id']}, "
-            f"eos {facts['tokenizer']['eos_id']})",
-        ),
-    ]
-    for key, value in rows:
-        table.add_row(key, str(value))
-    Console().print(table)
+    lm = load_for_info(model, parse_model_args(model_args), device, dtype, kernels)
+    print(json.dumps(lm.describe(), indent=2) if as_json else info_table(lm), end="\n" if as_json else "")
 
 
 ModelOpt = Annotated[
@@ -156,19 +111,14 @@ def prep_books(
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
     """Shuffle books, wrap each in BOS...EOS, and tokenize them once into a memory-mapped stream."""
-    from .data_prep.books import prepare_books
-    from .errors import fail
+    from .commands.prep_books import prep_books as run_prep_books
+    from .commands.prep_books import summary
     from .models import parse_model_args
 
-    if tokenizer is not None and (model is not None or model_args):
-        raise fail("pass either --tokenizer or --model (with --model-args), not both")
-    spec = {"tokenizer": tokenizer} if tokenizer else {"model": model, "model_args": parse_model_args(model_args)}
-    manifest = prepare_books(sources, out, spec, seed=seed, min_tokens=min_tokens, text_field=text_field, bos=bos,
-                             eos=eos, workers=workers, progress=progress, force=force)  # fmt: skip
-    print(
-        f"{out}: {manifest['total_tokens']:,} tokens ({manifest['dtype']}) from {len(manifest['books'])} books "
-        f"({len(manifest['dropped'])} under --min-tokens, {len(manifest['empty'])} empty), seed {seed}"
-    )
+    manifest = run_prep_books(sources, out, tokenizer=tokenizer, model=model, model_args=parse_model_args(model_args),
+                              seed=seed, min_tokens=min_tokens, text_field=text_field, bos=bos, eos=eos,
+                              workers=workers, progress=progress, force=force)  # fmt: skip
+    print(summary(out, manifest))
 
 
 @app.command("ppl-sweep")
@@ -199,8 +149,8 @@ def ppl_sweep(
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
     """Perplexity of a books stream at context lengths 4K ... 2M, every length scoring the same tokens."""
+    from .commands.ppl_sweep import SweepSettings, run_ppl_sweep, sweep_summary
     from .models import parse_model_args
-    from .sweep import SweepSettings, run_ppl_sweep
 
     settings = SweepSettings(
         stream=stream, model=model, model_args=parse_model_args(model_args), lengths=lengths, tokens=tokens,
@@ -210,28 +160,6 @@ def ppl_sweep(
     report = run_ppl_sweep(settings, progress=progress)
     print(sweep_summary(report), end="")
     print(f"report: {out}")
-
-
-def sweep_summary(report: dict) -> str:
-    """One ppl-sweep report as a table: a row per context length."""
-    from .report import format_length, format_value, render
-
-    header = ["context", "segments", "ppl", "bits/byte", "word ppl", "tok/s", "peak mem", "seconds"]
-    rows = []
-    for r in report["results"]["lengths"]:
-        rows.append([
-            format_length(r["context_length"]), str(r["segments"]), format_value(r["ppl"]),
-            "" if r["bits_per_byte"] is None else f"{r['bits_per_byte']:.4f}",
-            "" if r["word_ppl"] is None else format_value(r["word_ppl"]),
-            "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
-            human_bytes(r["peak_memory_bytes"]), f"{r['seconds']:.1f}",
-        ])  # fmt: skip
-    res = report["results"]
-    title = (
-        f"{report['model'].get('family')} on {report['data']['tokens_scored']:,} tokens per length "
-        f"({res['schedule']}: {res['tokens_processed']:,} processed for {res['tokens_scored']:,} scored)"
-    )
-    return render(header, rows, "table", title=title)
 
 
 @app.command("scrolls")
@@ -267,23 +195,25 @@ def scrolls(
     predictions: Annotated[
         str | None, typer.Option(help="Score these predictions (JSONL: task, id, prediction) without a model.")
     ] = None,
+    allow_partial: Annotated[
+        bool, typer.Option(help="With --predictions: score only the examples predicted (coverage is shown).")
+    ] = False,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/scrolls.json",
     samples: Annotated[str | None, typer.Option(help="Per-example JSONL: prompt size, prediction, scores.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
     """SCROLLS NarrativeQA (F1), Qasper (F1) and QMSum (geometric ROUGE) with the paper's prompt."""
-    import codecs
-
+    from .commands.report import task_summary
+    from .commands.scrolls import ScrollsSettings, run_scrolls
     from .models import parse_model_args
-    from .scrolls import ScrollsSettings, run_scrolls
 
     settings = ScrollsSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, data_dir=data_dir, split=split,
         limit=limit, shots=shots, seed=seed, template=template, max_new_tokens=max_new_tokens,
-        stop=None if stop is None else [codecs.decode(s, "unicode_escape") for s in stop], truncation=truncation,
-        bos=bos, device=device, dtype=dtype, kernels=kernels, predictions=predictions, out=out, samples=samples,
-        resume=resume,
+        stop=None if stop is None else [_unescape(s) for s in stop], truncation=truncation,
+        bos=bos, device=device, dtype=dtype, kernels=kernels, predictions=predictions, allow_partial=allow_partial,
+        out=out, samples=samples, resume=resume,
     )  # fmt: skip
     report = run_scrolls(settings, progress=progress)
     print(task_summary(report), end="")
@@ -326,7 +256,8 @@ def academic(
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
     """The short-context suite of Table 1 (MMLU, BoolQ, HellaSwag, ...), as lm-evaluation-harness defines it."""
-    from .academic import AcademicSettings, run_academic
+    from .commands.academic import AcademicSettings, run_academic
+    from .commands.report import task_summary
     from .models import parse_model_args
 
     settings = AcademicSettings(
@@ -344,19 +275,6 @@ def academic(
     print(f"report: {out}")
 
 
-def task_summary(report: dict) -> str:
-    """Per-task results of a scrolls or academic report as a table."""
-    from .report import render, report_label
-
-    rows = []
-    for task, r in report["results"].items():
-        if isinstance(r, dict) and "n" in r:
-            metric = r.get("metric", "acc")
-            rows.append([task, str(r["n"]), metric, f"{r[metric]:.4f}" if r[metric] is not None else ""])
-    title = f"{report['command']}: {report_label(report, 'predictions')}"
-    return render(["task", "n", "metric", "score"], rows, "table", title=title)
-
-
 @app.command("report")
 @user_errors
 def report_cmd(
@@ -371,7 +289,7 @@ def report_cmd(
     ] = None,
 ) -> None:
     """Reports side by side: a row per context length (ppl-sweep) or per task, a column per report."""
-    from .report import compare
+    from .commands.report import compare
 
     print(compare(reports, fmt=fmt, metric=metric), end="")
 
@@ -384,14 +302,47 @@ def plot_cmd(
     position_curve: Annotated[bool, typer.Option(help="Add the per-position NLL curve panel.")] = False,
 ) -> None:
     """Perplexity against context length (log2 axis), one line per report."""
-    from .plot import plot_reports
+    from .commands.plot import plot_reports
 
     print(f"plot: {plot_reports(reports, out, position_curve=position_curve)}")
 
 
+def _unescape(text: str) -> str:
+    """A --stop value with backslash escapes (\\n, \\t, \\u2014) decoded."""
+    import codecs
+
+    from .errors import fail
+
+    try:
+        return codecs.decode(text, "unicode_escape")
+    except UnicodeDecodeError as e:
+        raise fail(
+            f"--stop {text!r} has a bad escape ({e.reason})",
+            "write escapes such as \\n or \\t, or \\\\ for a backslash",
+        ) from None
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: a bad command line is one `error:` line and exit code 2, like bad input."""
+    try:  # typer >= 0.20 carries its own copy of click
+        from typer._click import exceptions as click_errors
+    except ImportError:
+        from click import exceptions as click_errors
+
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(prog_name="megaeval", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as e:
+        print(e.ctx.get_help() if e.ctx else "", file=sys.stderr)
+        code = 2
+    except click_errors.UsageError as e:  # unknown option, bad value, missing argument
+        where = e.ctx.command_path if e.ctx else "megaeval"
+        print(f"error: {' '.join(e.format_message().split()).rstrip('.')}; see `{where} --help`", file=sys.stderr)
+        code = 2
+    except typer.Abort:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -141,3 +141,13 @@ def check_outputs(outputs: dict[str, str | Path | None], reads: Iterable[str | P
                     f"{flag} {path} is an input of this run ({source}); writing it would destroy that input",
                     f"choose another {flag} path",
                 )
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError

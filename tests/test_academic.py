@@ -13,18 +13,13 @@ import pytest
 import torch
 
 from megaeval import MegaevalError, load_model
-from megaeval.academic import (
-    AcademicSettings,
-    encode_pair,
-    evaluate_choices,
-    evaluate_generation,
-    prepare_task,
-    run_academic,
-)
-from megaeval.academic_tasks import TaskDocs, draw_exemplars, hellaswag_preprocess
+from megaeval.commands.academic import AcademicSettings, run_academic
 from megaeval.metrics.academic import choice_predictions, exact_match, group_scores, mean_stderr
-from megaeval.tasks import list_tasks, load_spec
-from tests.conftest import REPO
+from megaeval.tasks.academic_docs import TaskDocs, draw_exemplars, hellaswag_preprocess
+from megaeval.tasks.academic_prepare import prepare_task
+from megaeval.tasks.academic_requests import encode_pair, evaluate_choices, evaluate_generation
+from megaeval.tasks.specs import list_tasks, load_spec
+from megaeval_testing import REPO
 
 SAMPLES = REPO / "data_prep" / "samples"
 TASKS = ["arc_challenge", "arc_easy", "boolq", "hellaswag", "mmlu", "nq_open", "piqa", "siqa", "triviaqa", "winogrande"]
@@ -206,7 +201,7 @@ def test_random_sampler_drops_the_evaluated_doc():
 @pytest.fixture(scope="module")
 def lm64(tmp_path_factory, sp_model):
     from megaeval.models.megalodon import save_checkpoint
-    from tests.conftest import random_model
+    from megaeval_testing import random_model
 
     folder = save_checkpoint(random_model(None, 0, torch.float32), tmp_path_factory.mktemp("ckpt") / "ckpt", sp_model,
                              shards=1, dtype="fp32")  # fmt: skip
@@ -255,7 +250,7 @@ def test_choice_scores_equal_brute_force(lm64, task, doc_id, bos):
 
 
 def test_mmlu_few_shot_block_is_read_once_per_subject_without_changing_scores(lm64):
-    from megaeval.academic import FewshotCache
+    from megaeval.tasks.academic_requests import FewshotCache
 
     p = prepared("mmlu")
     subject = p.docs[0].group
@@ -393,10 +388,10 @@ def test_end_to_end_on_samples_with_resume(make_checkpoint, tmp_path):
 
     cut = AcademicSettings(**base, out=str(tmp_path / "cut.json"))
     with pytest.raises(KeyboardInterrupt):
-        run_academic(cut, progress=False, on_document=stop_after(30))  # inside MMLU
+        run_academic(cut, progress=False, on_unit=stop_after(30))  # inside MMLU
     with pytest.raises(MegaevalError, match="pass --resume"):
         run_academic(cut, progress=False)
-    with pytest.raises(MegaevalError, match="settings, model or data differ"):
+    with pytest.raises(MegaevalError, match=r"differs from the interrupted one \(settings.seed: 1234 then, 1 now\)"):
         run_academic(AcademicSettings(**{**base, "seed": 1}, out=cut.out, resume=True), progress=False)
     resumed = run_academic(AcademicSettings(**base, out=cut.out, resume=True), progress=False)
     assert resumed["results"] == results

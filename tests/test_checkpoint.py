@@ -12,7 +12,7 @@ import torch
 from megaeval import MegaevalError, load_model
 from megaeval.models.megalodon.checkpoint import SHARD_RULES, shard_dim
 from megaeval.tokenizers import SentencePieceTokenizer
-from tests.conftest import VOCAB, random_model, small_args
+from megaeval_testing import VOCAB, random_model, small_args
 
 TOKENS = torch.randint(0, VOCAB, (2, 45), generator=torch.Generator().manual_seed(0))
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from megaeval.cli import app
 from megaeval.models import DEFAULT_MODEL, parse_model_args
-from tests.conftest import VOCAB, small_args
+from megaeval_testing import VOCAB, small_args
 
 runner = CliRunner()
 
@@ -38,11 +38,30 @@ def test_info_json_describes_the_checkpoint(make_checkpoint):
     assert facts["state_bytes_per_sequence"] == 3 * per_layer_state + 2 * G * 8
 
 
+def table_rows(stdout: str) -> dict[str, str]:
+    """The (label, value) rows of a boxed two-column rich table, one line each (never wrapped)."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) == 2 and cells[0]:
+            rows[cells[0]] = cells[1]
+    return rows
+
+
 def test_info_table_for_the_default_model():
     result = runner.invoke(app, ["info"])
     assert result.exit_code == 0, result.output
-    assert "megalodon model" in result.stdout and str(DEFAULT_MODEL) in result.stdout.replace("\n", "")
-    assert "unlimited" in result.stdout
+    rows = table_rows(result.stdout)
+    assert "megalodon model" in result.stdout and rows["path"] == str(DEFAULT_MODEL)
+    assert rows["max context"] == "unlimited (state carried)" and rows["chunk size"] == "128"
+    assert rows["layers × model_dim"] == "4 × 128" and rows["vocabulary"] == "4,096 (bos 1, eos 2)"
+
+
+def test_info_table_never_wraps_a_long_path(make_checkpoint):
+    path = make_checkpoint(name="a-checkpoint-folder-with-a-very-long-name-" + "x" * 150)
+    result = runner.invoke(app, ["info", str(path)], terminal_width=60)
+    assert result.exit_code == 0, result.output
+    assert table_rows(result.stdout)["path"] == str(path)
 
 
 def test_model_args_parsing():

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from megaeval import MegaevalError, load_model
+from megaeval.commands.ppl_sweep import SweepSettings, run_ppl_sweep
 from megaeval.models import load_tokenizer, parse_model_args
-from megaeval.sweep import SweepSettings, run_ppl_sweep
-from megaeval.windows import score_windows, windows
-from tests.conftest import AUSTEN, write_stream
+from megaeval.scoring.windows import score_windows, windows
+from megaeval_testing import AUSTEN, write_stream
 
 transformers = pytest.importorskip("transformers")
 
@@ -134,7 +134,7 @@ def test_sweep_with_policies_and_errors(llama_dir, tmp_path):
     assert disjoint["results"]["lengths"][1]["nll_sum"] != sliding["results"]["lengths"][1]["nll_sum"]
     with pytest.raises(MegaevalError, match="bad --window-policy 'sliding:x'"):
         sweep("sliding:x")
-    with pytest.raises(MegaevalError, match="applies to MEGALODON models only"):
+    with pytest.raises(MegaevalError, match="applies to megalodon models, not hf"):
         settings = SweepSettings(
             stream=str(stream),
             model=f"hf:{llama_dir}",
@@ -143,6 +143,40 @@ def test_sweep_with_policies_and_errors(llama_dir, tmp_path):
             out=str(tmp_path / "x"),
         )
         run_ppl_sweep(settings, progress=False)
+
+
+def test_info_table_for_an_hf_model(llama_dir):
+    from typer.testing import CliRunner
+
+    from megaeval.cli import app
+
+    result = CliRunner().invoke(app, ["info", f"hf:{llama_dir}"])
+    assert result.exit_code == 0, result.output
+    assert "hf model" in result.stdout and "Traceback" not in result.output
+    for line in ["LlamaForCausalLM", "2 × 32", "4 / 2", "│ 48 ", str(llama_dir)]:
+        assert line in result.stdout, line
+    # KV cache at max context: K and V x 2 layers x 2 kv heads x head dim 8 x 48 positions x 4 bytes = 12 KiB
+    assert "12.0 KiB (KV cache at max context)" in result.stdout
+    facts = load_model(f"hf:{llama_dir}").describe()
+    assert facts["state_bytes_per_sequence"] == 2 * 2 * 2 * 8 * MAX_CONTEXT * 4
+
+
+def test_info_json_is_pure_json_and_loading_is_silent(llama_dir, tmp_path):
+    """transformers' "Loading weights" bar and deprecation warnings must not reach the terminal."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
+    env.pop("PYTHONWARNINGS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "megaeval", "info", f"hf:{llama_dir}", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    facts = json.loads(result.stdout)
+    assert facts["family"] == "hf" and facts["max_context"] == MAX_CONTEXT
 
 
 def write_stream_hf(out: Path, texts: list[str], tok, model_dir: Path) -> None:

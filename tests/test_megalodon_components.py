@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-from megaeval.models.megalodon.model import (
-    MultiHeadComplexEMA,
-    NormState,
-    TimestepNorm,
-    apply_rope,
-    chunked_attention,
-    complex_powers,
-)
-from tests.naive_megalodon import (
-    explicit_timestep_norm,
-    naive_cema,
-    naive_chunk_attention,
-    naive_rope,
-    naive_timestep_norm,
-)
+from megaeval.models.megalodon.model import MultiHeadComplexEMA, NormState, TimestepNorm
+from megaeval_testing.naive_megalodon import explicit_timestep_norm, naive_cema, naive_timestep_norm
 
 SPLITS = [[37], [1] * 37, [5, 1, 13, 2, 16], [8, 8, 8, 13], [3, 29, 5]]
 
@@ -127,53 +112,6 @@ def test_cema_float32_long_call_keeps_phase_accuracy():
     y64, _ = cema(x, torch.zeros(1, 4, 3, dtype=torch.complex128))
     y32, _ = cema.float()(x.float(), torch.zeros(1, 4, 3, dtype=torch.complex64))
     assert (y32.double() - y64).abs().max() < 1e-4 * y64.abs().max()
-
-
-def test_complex_powers_match_direct_powers():
-    log_q = torch.complex(torch.tensor([[-0.01, -0.5]]).double(), torch.tensor([[0.3, 2.9]]).double())
-    got = complex_powers(log_q, 1000, torch.complex128)
-    t = torch.arange(1000, dtype=torch.float64)
-    expected = torch.exp(log_q[..., None] * t)
-    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-300)
-
-
-def test_rope_rotates_adjacent_pairs():
-    x = torch.randn(2, 7, 3, 8, dtype=torch.float64)
-    pos = torch.tensor([0, 1, 2, 3, 0, 1, 2])
-    torch.testing.assert_close(apply_rope(x, pos, 10000.0), naive_rope(x, pos, 10000.0))
-    # position 0 is the identity; the norm of each pair is preserved
-    torch.testing.assert_close(apply_rope(x, torch.zeros(7, dtype=torch.long), 500.0), x)
-    pairs = apply_rope(x, pos, 500.0).view(2, 7, 3, 4, 2).norm(dim=-1)
-    torch.testing.assert_close(pairs, x.view(2, 7, 3, 4, 2).norm(dim=-1))
-
-
-@pytest.mark.parametrize("sizes", SPLITS)
-@pytest.mark.parametrize("chunk", [4, 8, 64])
-def test_chunked_attention_matches_masked_softmax(sizes, chunk):
-    torch.manual_seed(5)
-    B, T, H = 2, 37, 2
-    q, k = torch.randn(B, T, H, 6, dtype=torch.float64), torch.randn(B, T, H, 6, dtype=torch.float64)
-    v = torch.randn(B, T, H, 5, dtype=torch.float64)
-    expected = naive_chunk_attention(q, k, v, chunk, 10000.0)
-    kc, vc = q.new_zeros(B, 0, H, 6), q.new_zeros(B, 0, H, 5)
-    outs = []
-    for s, e in split_calls(T, sizes):
-        out, kc, vc = chunked_attention(q[:, s:e], k[:, s:e], v[:, s:e], kc, vc, chunk, 10000.0)
-        outs.append(out)
-        assert kc.shape[1] == e % chunk  # only the partial chunk is kept
-    torch.testing.assert_close(torch.cat(outs, 1), expected, rtol=0, atol=1e-12)
-
-
-def test_attention_scale_is_one():
-    """Two keys with scores 0 and s: weight of the second is sigmoid(s), not sigmoid(s / sqrt(d))."""
-    q = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
-    q[0, 1, 0, 0] = 1.0
-    k = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
-    k[0, 1, 0, 0] = 3.0
-    v = torch.tensor([0.0, 1.0], dtype=torch.float64).view(1, 2, 1, 1)
-    # positions 0 and 1: the rotation of query 1 and key 1 is the same, so their dot product stays 3
-    out, _, _ = chunked_attention(q, k, v, q[:, :0], v[:, :0], 8, 10000.0)
-    assert math.isclose(float(out[0, 1, 0, 0]), 1 / (1 + math.exp(-3.0)), rel_tol=1e-12)
 
 
 def test_norm_state_counts_are_carried():

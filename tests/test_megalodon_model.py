@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from megaeval.models.megalodon import MegalodonLM
 from megaeval.models.megalodon.adapter import WINDOW_CHUNKS
-from tests.conftest import VOCAB, random_model, small_args
-from tests.naive_megalodon import naive_forward
+from megaeval_testing import VOCAB, random_model, small_args
+from megaeval_testing.naive_megalodon import naive_forward
 
 
 class FakeTokenizer:

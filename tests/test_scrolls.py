@@ -11,11 +11,13 @@ from typer.testing import CliRunner
 
 from megaeval import MegaevalError, load_model
 from megaeval.cli import app
-from megaeval.generate import greedy_generate, prefill
+from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
 from megaeval.metrics.scrolls import scrolls_scores
-from megaeval.scrolls import Example, ScrollsSettings, fit_prompt, group_examples, render, run_scrolls, split_input
+from megaeval.scoring.generate import greedy_generate, prefill
+from megaeval.tasks.scrolls_docs import Example, fit_prompt, group_examples, split_input
+from megaeval.tasks.scrolls_docs import render_prompt as render
 from megaeval.tokenizers import SentencePieceTokenizer
-from tests.conftest import AUSTEN
+from megaeval_testing import AUSTEN
 
 runner = CliRunner()
 
@@ -34,7 +36,7 @@ def test_rows_sharing_an_id_are_one_example_with_several_references():
     examples = group_examples(rows)
     assert [(e.id, e.question, e.document, e.references) for e in examples] == [
         ("a", "Q1?", "Doc A", ["x", "z"]), ("b", "Q2?", "Doc B", ["y"])]  # fmt: skip
-    with pytest.raises(MegaevalError, match="without 'output'"):
+    with pytest.raises(MegaevalError, match="row 1 has no 'output'"):
         group_examples([{"id": "a", "input": "x"}])
 
 
@@ -137,7 +139,7 @@ def test_end_to_end_on_local_files_with_resume(make_checkpoint, tmp_path):
     assert (
         whole["results"]["qmsum"]["metric"] == "geometric_rouge" and len(whole["results"]["qmsum"]["exemplar_ids"]) == 1
     )
-    expected = scrolls_scores("qmsum", [s["prediction"] for s in samples[3:]], [s["references"] for s in samples[3:]])
+    expected = scrolls_scores("geometric_rouge", [s["prediction"] for s in samples[3:]], [s["references"] for s in samples[3:]])
     assert whole["results"]["qmsum"]["rougeL"] == expected["rougeL"]
     assert whole["settings"]["per_task"]["qasper"]["template"] == "{CONTEXT} Q: {QUESTION} A:"
 
@@ -147,10 +149,10 @@ def test_end_to_end_on_local_files_with_resume(make_checkpoint, tmp_path):
 
     cut = ScrollsSettings(**base, out=str(tmp_path / "cut.json"))
     with pytest.raises(KeyboardInterrupt):
-        run_scrolls(cut, progress=False, on_example=stop_after_four)
+        run_scrolls(cut, progress=False, on_unit=stop_after_four)
     with pytest.raises(MegaevalError, match="pass --resume"):
         run_scrolls(cut, progress=False)
-    with pytest.raises(MegaevalError, match="settings, model or data differ"):
+    with pytest.raises(MegaevalError, match=r"differs from the interrupted one \(settings.max_new_tokens: 6 then, 7 now\)"):
         run_scrolls(ScrollsSettings(**{**base, "max_new_tokens": 7}, out=cut.out, resume=True), progress=False)
     resumed = run_scrolls(ScrollsSettings(**base, out=cut.out, resume=True), progress=False)
     for task in ("qasper", "qmsum"):
@@ -167,9 +169,13 @@ def test_scoring_only_mode(tmp_path):
         {"task": "qasper", "id": "v2", "prediction": "in Somersetshire"},
     ]))  # fmt: skip
     out = tmp_path / "r.json"
-    result = runner.invoke(app, ["scrolls", "--predictions", str(preds), "--data-dir", str(data), "--tasks", "qasper",
-                                 "--out", str(out)])  # fmt: skip
+    args = ["scrolls", "--predictions", str(preds), "--data-dir", str(data), "--tasks", "qasper", "--out", str(out)]
+    refused = runner.invoke(app, args)  # 2 of 3 examples: a headline score would hide the missing one
+    assert refused.exit_code == 2 and "predicts 2 of the 3 qasper examples (1 missing)" in refused.stderr
+    assert not out.exists()
+    result = runner.invoke(app, [*args, "--allow-partial"])
     assert result.exit_code == 0, result.output
+    assert "coverage" in result.stdout and "2/3" in result.stdout  # shown beside the score
     res = json.loads(out.read_text())["results"]["qasper"]
     # v1: exact match after normalisation (F1 1); v2: tokens {in, somersetshire} vs {somersetshire}: P 1/2, R 1, F1 2/3
     assert res["f1"] == pytest.approx(100 * (1 + 2 / 3) / 2) and res["exact_match"] == 50.0

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from megaeval.metrics.scrolls import (
-    TASK_METRICS,
+    METRICS,
     evaluate_module_path,
     exact_match,
     example_scores,
@@ -85,7 +85,7 @@ def test_empty_reference_list_is_an_error(metric) -> None:
     with pytest.raises(TypeError, match="list of strings"):
         metric("cat", "cat")
     with pytest.raises(ValueError, match="at least one reference"):
-        scrolls_scores("qasper", ["cat"], [[]])
+        scrolls_scores("f1", ["cat"], [[]])
 
 
 def test_rouge_hand_computed() -> None:
@@ -115,7 +115,7 @@ def test_rouge_ignores_sentence_newlines() -> None:
 def test_geometric_rouge_is_the_cube_root_of_the_product_of_the_means() -> None:
     predictions = ["cat sat mat", "the dog barked"]
     references = [["cat sat", "mat sat cat"], ["a dog barked loudly"]]
-    scores = scrolls_scores("qmsum", predictions, references)
+    scores = scrolls_scores("geometric_rouge", predictions, references)
     # Example 1: 100 / 66.67 / 80 (above). Example 2: [the dog barked] vs [a dog barked loudly]:
     # rouge1 2 shared: P 2/3 R 2/4 -> 4/7; rouge2 {dog barked}: P 1/2 R 1/3 -> 2/5; rougeL LCS 2 -> 4/7.
     r1 = (100 + 100 * 4 / 7) / 2
@@ -128,44 +128,46 @@ def test_geometric_rouge_is_the_cube_root_of_the_product_of_the_means() -> None:
 
 
 def test_official_example() -> None:
-    qa = scrolls_scores("narrative_qa", OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
+    qa = scrolls_scores("f1", OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
     assert round(qa["f1"], 4) == 72.2222
     assert round(qa["exact_match"], 4) == 33.3333  # the documented contract_nli/quality exact match
-    summary = scrolls_scores("qmsum", OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
+    summary = scrolls_scores("geometric_rouge", OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
     assert [round(summary[key], 4) for key in ("rouge1", "rouge2", "rougeL")] == [72.2222, 33.3333, 72.2222]
     assert round(summary["geometric_rouge"], 4) == 55.8136
 
 
-def test_scrolls_scores_keys_and_task_metrics() -> None:
-    assert TASK_METRICS == {"narrative_qa": "f1", "qasper": "f1", "qmsum": "geometric_rouge"}
-    for task in ("narrative_qa", "qasper"):
-        scores = scrolls_scores(task, OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
-        assert list(scores) == ["f1", "exact_match", "n"] and scores["n"] == 3
-    scores = scrolls_scores("qmsum", OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
+def test_scrolls_scores_keys_and_the_task_files_headline_metrics() -> None:
+    from megaeval.tasks.specs import load_spec
+
+    # the SCROLLS leaderboard's headline per task, stated once, in each task's YAML file
+    headlines = {task: load_spec("scrolls", task)["metric"] for task in ("narrative_qa", "qasper", "qmsum")}
+    assert headlines == {"narrative_qa": "f1", "qasper": "f1", "qmsum": "geometric_rouge"}
+    assert set(headlines.values()) == set(METRICS)
+    scores = scrolls_scores("f1", OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
+    assert list(scores) == ["f1", "exact_match", "n"] and scores["n"] == 3
+    scores = scrolls_scores("geometric_rouge", OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
     assert list(scores) == ["rouge1", "rouge2", "rougeL", "geometric_rouge", "exact_match", "n"]
-    for task, headline in TASK_METRICS.items():
-        assert headline in scrolls_scores(task, OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
 
 
 def test_scrolls_scores_rejects_bad_input() -> None:
-    with pytest.raises(ValueError, match="unknown SCROLLS task"):
-        scrolls_scores("gov_report", ["a"], [["a"]])
+    with pytest.raises(ValueError, match="unknown SCROLLS metric"):
+        scrolls_scores("bleu", ["a"], [["a"]])
     with pytest.raises(ValueError, match="2 predictions but 1 reference lists"):
-        scrolls_scores("qasper", ["a", "b"], [["a"]])
+        scrolls_scores("f1", ["a", "b"], [["a"]])
     with pytest.raises(ValueError, match="no predictions"):
-        scrolls_scores("qmsum", [], [])
+        scrolls_scores("geometric_rouge", [], [])
 
 
 def test_example_scores_average_to_the_corpus_scores() -> None:
-    for task in TASK_METRICS:
+    for metric in METRICS:
         per_example = [
-            example_scores(task, p, r) for p, r in zip(OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES, strict=True)
+            example_scores(metric, p, r) for p, r in zip(OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES, strict=True)
         ]
-        corpus = scrolls_scores(task, OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
+        corpus = scrolls_scores(metric, OFFICIAL_PREDICTIONS, OFFICIAL_REFERENCES)
         assert set(per_example[0]) == set(corpus) - {"n", "geometric_rouge"}
         for key in per_example[0]:
             assert sum(example[key] for example in per_example) / 3 == pytest.approx(corpus[key])
-    assert example_scores("qasper", "hello there", ["hello", "hi there"]) == pytest.approx(
+    assert example_scores("f1", "hello there", ["hello", "hi there"]) == pytest.approx(
         {"f1": 200 / 3, "exact_match": 0.0}
     )
 
@@ -178,8 +180,8 @@ def test_f1_is_symmetric_and_bounded(a: str, b: str) -> None:
         assert f1(a, [a]) == 1.0 and exact_match(a, [a]) == 1.0
 
 
-@pytest.mark.parametrize(("name", "task"), [("scrolls_f1", "qasper"), ("scrolls_rouge", "qmsum")])
-def test_evaluate_modules_load_offline_and_match(name: str, task: str, monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize(("name", "headline"), [("scrolls_f1", "f1"), ("scrolls_rouge", "geometric_rouge")])
+def test_evaluate_modules_load_offline_and_match(name: str, headline: str, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     import evaluate
@@ -190,7 +192,7 @@ def test_evaluate_modules_load_offline_and_match(name: str, task: str, monkeypat
     predictions = [*OFFICIAL_PREDICTIONS, ""]
     references = [*OFFICIAL_REFERENCES, ["an empty prediction", "scores zero"]]
     assert metric.compute(predictions=predictions, references=references) == scrolls_scores(
-        task, predictions, references
+        headline, predictions, references
     )
 
 

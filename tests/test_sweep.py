@@ -13,9 +13,10 @@ from typer.testing import CliRunner
 
 from megaeval import MegaevalError, load_model
 from megaeval.cli import app
+from megaeval.commands.ppl_sweep import SweepSettings, run_ppl_sweep
+from megaeval.scoring.sweep_plan import bucket_edges, parse_lengths, plan_passes, resolve_tokens
 from megaeval.streams import BooksStream
-from megaeval.sweep import SweepSettings, bucket_edges, parse_lengths, plan_runs, resolve_tokens, run_ppl_sweep
-from tests.conftest import AUSTEN, small_args
+from megaeval_testing import AUSTEN, small_args
 
 runner = CliRunner()
 
@@ -58,17 +59,17 @@ def served_pairs(runs):
 def test_every_segment_is_served_exactly_once(lengths):
     n = math.lcm(*lengths) * 3
     expected = sorted((length, s) for length in lengths for s in range(0, n, length))
-    assert served_pairs(plan_runs(lengths, n, "shared")) == expected
-    assert served_pairs(plan_runs(lengths, n, "naive")) == expected
-    for run in plan_runs(lengths, n, "shared"):  # a run only serves segments that are its prefix
+    assert served_pairs(plan_passes(lengths, n, "shared")) == expected
+    assert served_pairs(plan_passes(lengths, n, "naive")) == expected
+    for run in plan_passes(lengths, n, "shared"):  # a run only serves segments that are its prefix
         assert all(run.start % length == 0 and length <= run.length for length in run.serves)
 
 
 def test_shared_prefix_processes_five_and_a_half_n_for_ten_doubling_lengths():
     lengths = [4 << i for i in range(10)]  # 4 .. 2048, the shape of 4K .. 2M
     n = 2048 * 4
-    assert sum(r.length for r in plan_runs(lengths, n, "naive")) == 10 * n
-    assert sum(r.length for r in plan_runs(lengths, n, "shared")) == 5.5 * n
+    assert sum(r.length for r in plan_passes(lengths, n, "naive")) == 10 * n
+    assert sum(r.length for r in plan_passes(lengths, n, "shared")) == 5.5 * n
 
 
 def test_bucket_edges():
@@ -169,19 +170,19 @@ def test_resume_after_an_interruption_gives_identical_results(setup64, tmp_path)
     ckpt, stream = setup64
     whole = sweep(stream, ckpt, tmp_path, "whole.json", lengths="8,16,32", batch_size=2)
 
-    def interrupt_after_three(index):
-        if index == 2:
+    def interrupt_after_three(done):
+        if done == 3:
             raise KeyboardInterrupt
 
     settings = SweepSettings(stream=str(stream), model=str(ckpt), lengths="8,16,32", batch_size=2,
                              out=str(tmp_path / "cut.json"))  # fmt: skip
     with pytest.raises(KeyboardInterrupt):
-        run_ppl_sweep(settings, progress=False, on_batch=interrupt_after_three)
-    partial = tmp_path / "cut.json.partial"
-    assert json.loads(partial.read_text())["done"] == 3 and not (tmp_path / "cut.json").exists()
+        run_ppl_sweep(settings, progress=False, on_unit=interrupt_after_three)
+    partial = tmp_path / "cut.json.partial.jsonl"
+    assert len(partial.read_text().splitlines()) == 1 + 3 and not (tmp_path / "cut.json").exists()
     with pytest.raises(MegaevalError, match="pass --resume"):
         run_ppl_sweep(settings, progress=False)
-    with pytest.raises(MegaevalError, match=r"settings differ .*batch_size: 2 then, 3 now"):
+    with pytest.raises(MegaevalError, match=r"differs from the interrupted one .*settings.batch_size: 2 then, 3 now"):
         run_ppl_sweep(SweepSettings(**{**settings.__dict__, "batch_size": 3, "resume": True}), progress=False)
     resumed = run_ppl_sweep(SweepSettings(**{**settings.__dict__, "resume": True}), progress=False)
     assert not partial.exists()
@@ -200,7 +201,7 @@ def test_stream_too_short_suggests_tokens_or_lengths(setup64, tmp_path):
 
 
 def test_tokenizer_mismatch_is_refused(make_checkpoint, tmp_path):
-    from tests.conftest import write_stream
+    from megaeval_testing import write_stream
 
     other = write_stream(tmp_path / "s", ["Some text. " * 300], load_model(None).tokenizer.path)  # 4096-piece tokenizer
     with pytest.raises(MegaevalError, match=r"tokenizer mismatch.*prep-books --model"):

@@ -25,8 +25,8 @@ from pathlib import Path
 from rouge_score import rouge_scorer
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
-TASK_METRICS = {"narrative_qa": "f1", "qasper": "f1", "qmsum": "geometric_rouge"}
-"""The headline metric of each task, as the SCROLLS leaderboard reports it."""
+METRICS = ("f1", "geometric_rouge")
+"""The headline metrics a SCROLLS task can name (its suites/scrolls/<task>.yaml `metric`)."""
 
 EVALUATE_MODULES = ("scrolls_f1", "scrolls_rouge")
 CITATION = """\
@@ -153,22 +153,22 @@ def summary_scores(predictions: Sequence[str], references: Sequence[Sequence[str
     return scores
 
 
-def _check_task(task: str) -> str:
-    if task not in TASK_METRICS:
-        raise ValueError(f"unknown SCROLLS task {task!r}; expected one of {', '.join(TASK_METRICS)}")
-    return TASK_METRICS[task]
+def _check_metric(metric: str) -> str:
+    if metric not in METRICS:
+        raise ValueError(f"unknown SCROLLS metric {metric!r}; expected one of {', '.join(METRICS)}")
+    return metric
 
 
-def scrolls_scores(task: str, predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict:
-    """The corpus scores of one task (× 100) and the number of examples `n`."""
-    if _check_task(task) == "f1":
+def scrolls_scores(metric: str, predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict:
+    """The corpus scores (× 100) of a task whose headline is `metric`, and the number of examples `n`."""
+    if _check_metric(metric) == "f1":
         return qa_scores(predictions, references)
     return summary_scores(predictions, references)
 
 
-def example_scores(task: str, prediction: str, references: Sequence[str]) -> dict[str, float]:
-    """The scores of one example (× 100), for a samples file."""
-    if _check_task(task) == "f1":
+def example_scores(metric: str, prediction: str, references: Sequence[str]) -> dict[str, float]:
+    """The scores of one example (× 100) of a task whose headline is `metric`, for a samples file."""
+    if _check_metric(metric) == "f1":
         return {"f1": 100 * f1(prediction, references), "exact_match": 100 * exact_match(prediction, references)}
     scores = {key: 100 * value for key, value in rouge(prediction, references).items()}
     scores["exact_match"] = 100 * exact_match(prediction, references)

@@ -2,54 +2,29 @@
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import fail
-from . import hf
 from .base import StreamingLM, Tokenizer
-from .megalodon import adapter as megalodon_adapter
-from .megalodon import is_checkpoint_dir as is_megalodon_dir
 from .options import parse_model_args
+from .registry import Family, families, family_defaults, register
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "assets" / "megalodon-tiny"
 
 DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "float64": torch.float64,
-    "fp64": torch.float64,
-    "double": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-}
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Family:
-    """A model family: how to recognise its checkpoints and how to load them."""
-
-    detect: Callable[[Path], bool]
-    load: Callable[..., StreamingLM]
-    load_tokenizer: Callable[..., Tokenizer]
-
-
-FAMILIES: dict[str, Family] = {
-    "megalodon": Family(
-        detect=is_megalodon_dir, load=megalodon_adapter.load, load_tokenizer=megalodon_adapter.load_tokenizer
-    ),
-    "hf": Family(detect=hf.is_hf_dir, load=hf.load, load_tokenizer=hf.load_tokenizer),
-}
+def _family_list() -> str:
+    return ", ".join(f + ":PATH" for f in families())
 
 
 def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
@@ -57,30 +32,26 @@ def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
     if spec is None or str(spec) == "":
         return "megalodon", DEFAULT_MODEL
     text = str(spec)
+    known = families()
     prefix, sep, rest = text.partition(":")
-    if sep and prefix in FAMILIES:
+    if sep and prefix in known:
         return prefix, Path(rest).expanduser()
     path = Path(text).expanduser()
     if sep and not path.exists() and prefix.isidentifier():
-        raise fail(
-            f"unknown model family {prefix!r} in spec {text!r}",
-            f"use a checkpoint directory or one of: {', '.join(f + ':PATH' for f in FAMILIES)}",
-        )
+        raise fail(f"unknown model family {prefix!r} in spec {text!r}",
+                   f"use a checkpoint directory or one of: {_family_list()}")  # fmt: skip
     if not path.exists():
         raise fail(f"model not found: {text}", "pass a checkpoint directory (or FAMILY:PATH)")
-    for name, family in FAMILIES.items():
+    for name, family in known.items():
         if family.detect(path):
             return name, path
     config = path / "config.json"
     if config.is_file():
         try:
             json.loads(config.read_text())
-        except ValueError as e:
+        except (ValueError, UnicodeDecodeError) as e:
             raise fail(f"{config} is not valid JSON ({e})") from None
-    raise fail(
-        f"cannot tell which model family {text} is",
-        f"it is not an official MEGALODON checkpoint; name the family: {', '.join(f + ':PATH' for f in FAMILIES)}",
-    )
+    raise fail(f"cannot tell which model family {text} is", f"name the family: {_family_list()}")
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -96,18 +67,20 @@ def parse_device(name: str | torch.device) -> torch.device:
     """torch device, checked to exist."""
     try:
         device = torch.device(name)
-    except RuntimeError:
+    except (RuntimeError, TypeError):
         raise fail(f"unknown device {name!r}", "use cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise fail(f"device {name} requested but CUDA is not available", "use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise fail(f"unsupported device {name!r}", "use cpu, cuda or cuda:N")
     return device
 
 
-def _check_options(family: str, options: dict[str, Any]) -> None:
-    accepted = [p for p in inspect.signature(FAMILIES[family].load).parameters if p not in ("path", "device", "dtype")]
-    unknown = sorted(set(options) - set(accepted))
+def _check_options(family: Family, options: dict[str, Any]) -> None:
+    unknown = sorted(set(options) - set(family.options))
     if unknown:
-        raise fail(f"unknown option(s) {', '.join(unknown)} for {family} models", f"accepted: {', '.join(accepted)}")
+        raise fail(f"unknown option(s) {', '.join(unknown)} for {family.name} models",
+                   f"accepted: {', '.join(family.options)}")  # fmt: skip
 
 
 def load_model(
@@ -117,47 +90,44 @@ def load_model(
     **options: Any,
 ) -> StreamingLM:
     """Load a model as a StreamingLM. `spec`: a checkpoint dir, FAMILY:PATH, or None for the default model."""
-    family, path = parse_spec(spec)
+    name, path = parse_spec(spec)
+    family = families()[name]
     _check_options(family, options)
-    lm = FAMILIES[family].load(path, device=parse_device(device), dtype=parse_dtype(dtype), **options)
-    lm.spec = f"{family}:{path}"
-    return lm
+    return family.load(path, device=parse_device(device), dtype=parse_dtype(dtype), **options)
 
 
 def model_options(spec: str | Path | None, model_args: dict[str, Any], **flags: Any) -> dict[str, Any]:
-    """--model-args plus family flags given on the command line (None: not given), checked against the family.
+    """--model-args plus options given as their own flags (None: not given), checked against the family.
 
-    `norm_stats` and `kernels` apply to MEGALODON only; a non-default value for another family is an error.
+    A flag the family does not take (e.g. --norm-stats for a Transformer) is an error unless it has
+    the default value of the family that does take it.
     """
-    family, _ = parse_spec(spec)
+    name, _ = parse_spec(spec)
+    known = families()
     options = dict(model_args)
-    accepted = inspect.signature(FAMILIES[family].load).parameters
-    defaults = {"norm_stats": "cumulative", "kernels": "auto"}
-    for name, value in flags.items():
+    for flag, value in flags.items():
         if value is None:
             continue
-        if name in accepted:
-            options[name] = value
-        elif value != defaults.get(name):
-            raise fail(f"--{name.replace('_', '-')} {value} applies to MEGALODON models only, not {family}")
+        if flag in known[name].options:
+            options[flag] = value
+            continue
+        owners = [f for f in known.values() if flag in f.options]
+        if not owners or value != owners[0].options[flag]:
+            takers = " and ".join(f.name for f in owners) or "no"
+            raise fail(f"--{flag.replace('_', '-')} {value} applies to {takers} models, not {name}",
+                       f"drop --{flag.replace('_', '-')}")  # fmt: skip
     return options
 
 
 def load_tokenizer(spec: str | Path | None = None, **options: Any) -> Tokenizer:
     """The tokenizer of a model spec (same options as `load_model`), without loading the weights."""
-    family, path = parse_spec(spec)
+    name, path = parse_spec(spec)
+    family = families()[name]
     _check_options(family, options)
-    return FAMILIES[family].load_tokenizer(path, **options)
+    return family.load_tokenizer(path, **options)
 
 
 __all__ = [
-    "StreamingLM",
-    "Tokenizer",
-    "FAMILIES",
-    "DEFAULT_MODEL",
-    "load_model",
-    "parse_spec",
-    "parse_model_args",
-    "parse_dtype",
-    "parse_device",
-]
+    "DEFAULT_MODEL", "Family", "StreamingLM", "Tokenizer", "families", "family_defaults", "load_model",
+    "load_tokenizer", "model_options", "parse_device", "parse_dtype", "parse_model_args", "parse_spec", "register",
+]  # fmt: skip

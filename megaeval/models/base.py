@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -32,10 +33,16 @@ class StreamingLM(ABC):
     """
 
     family: str
+    path: Path | None  # the checkpoint it was loaded from (None: built in memory)
     tokenizer: Tokenizer
     max_context: int | None  # None: unlimited (state-carrying models)
     device: torch.device
     dtype: torch.dtype
+
+    @property
+    def spec(self) -> str:
+        """The model spec that loads this model again: FAMILY:PATH."""
+        return f"{self.family}:{self.path}"
 
     @abstractmethod
     def init_state(self, batch_size: int) -> Any:
@@ -52,6 +59,14 @@ class StreamingLM(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Facts about the loaded model for `megaeval info` and reports."""
+
+    @abstractmethod
+    def options(self) -> dict[str, Any]:
+        """The effective load options (every option of the family, defaults included), as recorded in reports."""
+
+    @abstractmethod
+    def info_rows(self) -> list[tuple[str, str]]:
+        """(label, value) rows that describe the model to a person (`megaeval info`)."""
 
     def weights_sha256(self) -> str | None:
         """Checksum of the weights as stored (identifies the model in reports), or None if unknown."""

@@ -11,6 +11,10 @@ import copy
 import hashlib
 import json
 import os
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,14 +23,16 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import fail
-from ..files import file_sha256
+from ..files import file_sha256, human_bytes
+from ..kernels.nll import IGNORE_INDEX
 from .base import StreamingLM
 from .options import as_bool
+from .registry import Family, family_defaults, register
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 STEP_TOKENS = 512  # tokens per model call: bounds the [B, step, V] logits alive at once
-IGNORE_INDEX = -100
 
 
 def _transformers():
@@ -120,7 +126,10 @@ class HFCausalLM(StreamingLM):
 
     family = "hf"
 
-    def __init__(self, model: Any, tokenizer: HFTokenizer, path: Path, gguf_file: str | None, max_context: int):
+    def __init__(
+        self, model: Any, tokenizer: HFTokenizer, path: Path, gguf_file: str | None, max_context: int,
+        options: dict[str, Any] | None = None,
+    ):  # fmt: skip
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.path = path
@@ -129,6 +138,31 @@ class HFCausalLM(StreamingLM):
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self._weights_sha256: str | None = None
+        self._options = {**(options or {}), "gguf_file": gguf_file, "max_context": max_context}
+
+    def options(self) -> dict[str, Any]:
+        """Effective load options, defaults included (max_context as used, gguf_file as found)."""
+        return dict(self._options)
+
+    def info_rows(self) -> list[tuple[str, str]]:
+        """Rows of `megaeval info`'s table."""
+        cfg, tok = self.model.config, self.tokenizer.describe()
+        layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", "?")
+        hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", "?")
+        heads = getattr(cfg, "num_attention_heads", None) or getattr(cfg, "n_head", "?")
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        return [
+            ("path", str(self.path / self.gguf_file) if self.gguf_file else str(self.path)),
+            ("architecture", type(self.model).__name__),
+            ("parameters", f"{sum(p.numel() for p in self.model.parameters()):,}"),
+            ("layers × hidden", f"{layers} × {hidden}"),
+            ("heads / kv heads", f"{heads} / {kv_heads}"),
+            ("max context", f"{self.max_context:,}"),
+            ("state per sequence", f"{human_bytes(self.state_bytes(1))} (KV cache at max context)"),
+            ("dtype", f"{str(self.dtype).removeprefix('torch.')} on {self.device}"),
+            ("tokenizer", str(tok["path"])),
+            ("vocabulary", f"{tok['vocab_size']:,} (bos {tok['bos_id']}, eos {tok['eos_id']})"),
+        ]
 
     def init_state(self, batch_size: int) -> HFState:
         return HFState(None, 0, batch_size)
@@ -222,7 +256,7 @@ class HFCausalLM(StreamingLM):
             "norm_stats": None,
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
-            "stored_dtype": str(getattr(cfg, "torch_dtype", None) or getattr(cfg, "dtype", None)),
+            "stored_dtype": str(getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None)),
             "model_parallel_size": None,
             "tokenizer": self.tokenizer.describe(),
         }
@@ -259,6 +293,48 @@ def _refuse_remote_code(path: Path, trust_remote_code: bool) -> None:
             )
 
 
+@contextmanager
+def _quiet(tf: Any) -> Iterator[None]:
+    """Keep transformers' progress bars, log messages and warnings off the user's terminal while loading."""
+    import huggingface_hub.utils as hub_utils
+
+    logging = tf.utils.logging
+    verbosity, bars, hub_bars = (
+        logging.get_verbosity(), logging.is_progress_bar_enabled(), not hub_utils.are_progress_bars_disabled()
+    )  # fmt: skip
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+        if not hub_bars:
+            hub_utils.disable_progress_bars()
+
+
+def _load_error(path: Path, error: Exception) -> Exception:
+    """One line for an exception of from_pretrained."""
+    text = str(error)
+    if "trust_remote_code" in text:
+        return fail(f"{path} needs custom code to load", "pass --model-args trust_remote_code=true if you trust it")
+    if "GLOBAL" in text or "Weights only load failed" in text:
+        from .megalodon.checkpoint import torch_load_reason
+
+        pickled = ", ".join(sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)) or "the weights"
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        if found:
+            return fail(
+                f"refusing to load {pickled} in {path}: it contains pickled code ({found.group(1)}) that could run",
+                "megaeval loads plain tensors only; convert the weights to safetensors",
+            )
+        return fail(f"cannot read {pickled} in {path} ({torch_load_reason(error)})", "re-copy or re-save the weights")
+    return fail(f"cannot load {path}: {' '.join(text.split())[:200] or type(error).__name__}")
+
+
 def load_tokenizer(
     path: str | Path, *, gguf_file: str | None = None, trust_remote_code: bool = False, **_model_options: Any
 ) -> HFTokenizer:
@@ -269,7 +345,8 @@ def load_tokenizer(
     _refuse_remote_code(path, trust_remote_code)
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     try:
-        tok = tf.AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code, **kwargs)
+        with _quiet(tf):
+            tok = tf.AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code, **kwargs)
     except Exception as e:
         raise fail(f"cannot load the tokenizer of {path}: {' '.join(str(e).split())[:200]}") from None
     return HFTokenizer(tok, str(path / gguf_file) if gguf_file else str(path))
@@ -294,17 +371,12 @@ def load(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:
-        model = tf.AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=dtype, trust_remote_code=trust_remote_code, **kwargs
-        )
-    except ValueError as e:
-        if "trust_remote_code" in str(e):
-            raise fail(
-                f"{path} needs custom code to load", "pass --model-args trust_remote_code=true if you trust it"
-            ) from None
-        raise fail(f"cannot load {path}: {' '.join(str(e).split())[:200]}") from None
-    except OSError as e:
-        raise fail(f"cannot load {path}: {' '.join(str(e).split())[:200]}") from None
+        with _quiet(tf):  # pickled weights (.bin) are read with torch.load(weights_only=True): no code runs
+            model = tf.AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=dtype, trust_remote_code=trust_remote_code, weights_only=True, **kwargs
+            )
+    except Exception as e:  # transformers raises ValueError, OSError, UnpicklingError, RuntimeError, ...
+        raise _load_error(path, e) from None
     model.to(device)
     if max_context is None:
         max_context = next((getattr(model.config, k) for k in CONTEXT_KEYS if getattr(model.config, k, None)), None)
@@ -314,4 +386,8 @@ def load(
         raise fail(f"max_context must be positive, got {max_context}")
     if tokenizer.vocab_size > model.config.vocab_size:
         raise fail(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model.config.vocab_size}")
-    return HFCausalLM(model, tokenizer, path, gguf_file, int(max_context))
+    options = {"trust_remote_code": trust_remote_code, "attn_implementation": attn_implementation}
+    return HFCausalLM(model, tokenizer, path, gguf_file, int(max_context), options)
+
+
+register(Family("hf", is_hf_dir, load, load_tokenizer, family_defaults(load)))

@@ -1,6 +1,7 @@
 """MEGALODON: the model, its official checkpoint layout, and its StreamingLM adapter."""
 
-from .adapter import NORM_STATS, MegalodonLM, load
+from ..registry import Family, family_defaults, register
+from .adapter import NORM_STATS, MegalodonLM, load, load_tokenizer
 from .checkpoint import is_checkpoint_dir, save_checkpoint
 from .config import ModelArgs
 from .model import Megalodon, MegalodonState
@@ -15,3 +16,5 @@ __all__ = [
     "Megalodon",
     "MegalodonState",
 ]
+
+register(Family("megalodon", is_checkpoint_dir, load, load_tokenizer, family_defaults(load)))

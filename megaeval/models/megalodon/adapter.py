@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ...errors import fail
-from ...files import file_sha256
+from ...files import file_sha256, human_bytes
 from ...kernels import select
 from ...tokenizers import SentencePieceTokenizer
 from ..base import StreamingLM
@@ -39,7 +39,6 @@ WINDOW_STEP_CHUNKS = 2  # inference.py: MAX_CHUNKS_PER_BATCH
 WINDOW_START_CHUNKS = 8  # inference.py: TRUNCATE_CHUNKS
 WINDOW_CHUNKS = WINDOW_START_CHUNKS - WINDOW_STEP_CHUNKS
 STEP_TOKENS = 2048  # tokens (all batch rows together) per internal step in cumulative mode: bounds activations
-IGNORE_INDEX = -100
 
 
 class MegalodonLM(StreamingLM):
@@ -55,6 +54,7 @@ class MegalodonLM(StreamingLM):
         info: checkpoint.CheckpointInfo | None,
         norm_stats: str = "cumulative",
         kernels: str = "auto",
+        tokenizer_option: str | None = None,
     ):
         if norm_stats not in NORM_STATS:
             raise fail(f"unknown norm_stats {norm_stats!r}", f"use one of: {', '.join(NORM_STATS)}")
@@ -62,6 +62,8 @@ class MegalodonLM(StreamingLM):
         self.args: ModelArgs = model.args
         self.tokenizer = tokenizer
         self.info = info
+        self.path = None if info is None else info.path
+        self.tokenizer_option = tokenizer_option
         self.norm_stats = norm_stats
         self._weights_sha256: str | None = None
         self.device = model.embed.weight.device
@@ -197,6 +199,32 @@ class MegalodonLM(StreamingLM):
         """Number of distinct parameters (a shared embedding counts once)."""
         return sum(p.numel() for p in self.model.parameters())
 
+    def options(self) -> dict[str, Any]:
+        """Effective load options, defaults included."""
+        return {"norm_stats": self.norm_stats, "kernels": self.kernels, "tokenizer": self.tokenizer_option}
+
+    def info_rows(self) -> list[tuple[str, str]]:
+        """Rows of `megaeval info`'s table."""
+        a, tok = self.args, self.tokenizer.describe()
+        stored = "in memory" if self.info is None else (
+            f"stored {self.info.stored_dtype}, model-parallel {self.info.model_parallel_size}")  # fmt: skip
+        return [
+            ("path", str(self.path)),
+            ("parameters", f"{self.parameter_count():,}"),
+            ("layers × model_dim", f"{a.num_layers} × {a.model_dim}"),
+            ("z_dim / value_dim / heads", f"{a.z_dim} / {a.value_dim} / {a.num_heads}"),
+            ("ffn_hidden_dim", f"{a.ffn_hidden_dim}" + (" (SwiGLU)" if a.swiglu else "")),
+            ("cema_ndim / norm groups", f"{a.cema_ndim} / {a.norm_num_groups}"),
+            ("chunk size", f"{a.chunk_size:,}"),
+            ("max context", "unlimited (state carried)"),
+            ("state per sequence", f"{human_bytes(self.state_bytes(1))} (at most)"),
+            ("norm statistics", self.norm_stats),
+            ("kernels", f"{self.model.ops.backend} (asked: {self.kernels})"),
+            ("dtype", f"{str(self.dtype).removeprefix('torch.')} on {self.device} ({stored})"),
+            ("tokenizer", str(tok["path"])),
+            ("vocabulary", f"{tok['vocab_size']:,} (bos {tok['bos_id']}, eos {tok['eos_id']})"),
+        ]
+
     def describe(self) -> dict[str, Any]:
         """Facts for `megaeval info` and reports."""
         return {
@@ -263,4 +291,4 @@ def load(
     model.load_state_dict(state, strict=True, assign=True)
     if info.args.share_emb:
         model.output.output.weight = model.embed.weight
-    return MegalodonLM(model, tok, info, norm_stats=norm_stats, kernels=kernels)
+    return MegalodonLM(model, tok, info, norm_stats=norm_stats, kernels=kernels, tokenizer_option=tokenizer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,9 +101,8 @@ def read_info(path: str | Path, tokenizer: str | Path | None = None) -> Checkpoi
     consolidate = _read_json(path / "consolidate_config.json")
     if not isinstance(config.get("model"), dict):
         raise fail(f"{path / 'config.json'} has no 'model' section", "expected the official {model, tokenizer} config")
-    tok_cfg = config.get("tokenizer") or {}
+    tok_cfg, additional = _tokenizer_section(config, path / "config.json")
     tok_path = _resolve_tokenizer(path, tokenizer, tok_cfg.get("path"))
-    additional = int(tok_cfg.get("additional_vocab_size", 0) or 0)
     model_cfg = dict(config["model"])
     if model_cfg.get("vocab_size", -1) == -1:  # old checkpoints leave it to the tokenizer, as the official loader
         model_cfg["vocab_size"] = SentencePieceTokenizer(tok_path, additional).vocab_size
@@ -112,6 +112,30 @@ def read_info(path: str | Path, tokenizer: str | Path | None = None) -> Checkpoi
         raise fail(f"{path / 'consolidate_config.json'}: model_parallel_size must be a positive integer, got {mp!r}")
     stored = consolidate.get("dtype", "fp32")
     return CheckpointInfo(path, args, tok_path, additional, mp, str(stored), config)
+
+
+def _tokenizer_section(config: dict[str, Any], file: Path) -> tuple[dict[str, Any], int]:
+    """config.json's `tokenizer` object (absent or null: {}) and its additional_vocab_size, checked."""
+    section = config.get("tokenizer")
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise fail(
+            f'{file}: tokenizer must be an object like {{"path": "tokenizer.model"}}, got {section!r}',
+            "write the official {path, additional_vocab_size} tokenizer section",
+        )
+    path = section.get("path")
+    if path is not None and not isinstance(path, str):
+        raise fail(f"{file}: tokenizer.path must be a string, got {path!r}", "write the path of the .model file")
+    additional = section.get("additional_vocab_size", 0)
+    if additional is None:
+        additional = 0
+    if not isinstance(additional, int) or isinstance(additional, bool) or additional < 0:
+        raise fail(
+            f"{file}: tokenizer.additional_vocab_size must be a non-negative integer, got {additional!r}",
+            "write the number of extra token ids (0 if none)",
+        )
+    return section, additional
 
 
 def _resolve_tokenizer(ckpt: Path, override: str | Path | None, configured: str | None) -> Path:
@@ -135,28 +159,47 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
             "the checkpoint needs consolidated.pth (or one "
             "consolidated.NN.pth per model-parallel rank, as consolidate_config.json says)",
         )
+    if path.stat().st_size == 0:
+        raise fail(f"cannot read {path}: the file is empty (0 bytes)", "re-copy or re-save the file")
     try:
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-            obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
+        with warnings.catch_warnings():  # torch warns (multi-line) about pickle protocols of foreign files
+            warnings.simplefilter("ignore")
+            try:
+                obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as e:
+                if "mmap" not in str(e):
+                    raise
+                obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
+    except OSError as e:
+        raise fail(f"cannot read {path} ({e.strerror or e})", "check the file's permissions") from None
     except Exception as e:
-        if "GLOBAL" in str(e):
-            found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if found or "GLOBAL" in str(e):
             what = found.group(1) if found else "a Python object"
             raise fail(
                 f"refusing to load {path}: it contains pickled code ({what}) that could run on load",
                 "megaeval loads plain tensors only; re-save the weights as a state dict of tensors",
             ) from None
         raise fail(
-            f"cannot read {path}: corrupt or not a PyTorch checkpoint ({str(e).strip().splitlines()[-1][:120]})",
+            f"cannot read {path}: corrupt or not a PyTorch checkpoint ({torch_load_reason(e)})",
             "re-copy or re-save the file",
         ) from None
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise fail(f"{path} is not a flat state dict of tensors", "save model.state_dict() as the official scripts do")
     return obj
+
+
+def torch_load_reason(error: BaseException, limit: int = 120) -> str:
+    """The informative part of a torch.load error, on one line, cut at a word boundary."""
+    text = str(error)
+    found = re.search(r"WeightsUnpickler error:\s*(.+)", text)  # the reason under torch's boilerplate
+    lines = [found.group(1)] if found else [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "the file ends early" if isinstance(error, EOFError) else type(error).__name__
+    reason = re.split(r"\.\s+(?=[A-Z])", " ".join(lines[0].split()), maxsplit=1)[0]  # its first sentence
+    if len(reason) > limit:
+        reason = reason[:limit].rsplit(" ", 1)[0].rstrip(".,;:") + " ..."
+    return reason
 
 
 def load_state_dict(info: CheckpointInfo) -> dict[str, torch.Tensor]:
@@ -178,6 +221,14 @@ def load_state_dict(info: CheckpointInfo) -> dict[str, torch.Tensor]:
                 raise fail(f"shards disagree on replicated key {key!r}", "the shards come from different checkpoints")
             merged[key] = parts[0]
         else:
+            for i, part in enumerate(parts[1:], start=1):
+                rest = [n for d, n in enumerate(part.shape) if d != dim]
+                if part.dim() != parts[0].dim() or rest != [n for d, n in enumerate(parts[0].shape) if d != dim]:
+                    raise fail(
+                        f"shard {info.weight_files[i].name}: {key} has shape {list(part.shape)}, which does not fit "
+                        f"shard {info.weight_files[0].name}'s {list(parts[0].shape)} (split along dim {dim})",
+                        "the shards come from different checkpoints",
+                    )
             merged[key] = torch.cat(parts, dim=dim)
     return merged
 

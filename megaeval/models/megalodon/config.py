@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -76,32 +77,51 @@ class ModelArgs:
 
     def validate(self, source: str = "config") -> None:
         """Raise a MegaevalError naming the first inconsistent field."""
-        positive = (
-            "num_layers",
-            "model_dim",
-            "z_dim",
-            "value_dim",
-            "num_heads",
-            "ffn_hidden_dim",
-            "cema_ndim",
-            "chunk_size",
-            "norm_num_groups",
-            "vocab_size",
-        )
-        for name in positive:
+        for name in POSITIVE_INTS:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise fail(f"{source}: model.{name} must be a positive integer, got {value!r}")
+        if not _is_int(self.output_size) or not (self.output_size == -1 or self.output_size > 0):
+            raise fail(f"{source}: model.output_size must be -1 or a positive integer, got {self.output_size!r}")
+        for name, value in (("norm_eps", self.norm_eps), ("rope_base", self.rope_base)):
+            if value is None and name == "rope_base":
+                continue
+            if not _is_number(value) or not 0 < value < math.inf:
+                raise fail(f"{source}: model.{name} must be a positive number, got {value!r}")
+        for name in BOOLS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise fail(f"{source}: model.{name} must be true or false, got {value!r}")
         checks = [
             (self.z_dim % self.num_heads == 0, "z_dim must be divisible by num_heads"),
             (self.value_dim % self.num_heads == 0, "value_dim must be divisible by num_heads"),
             (self.z_head_dim % 2 == 0, "z_dim / num_heads must be even (rotary embedding)"),
             (self.model_dim % self.norm_num_groups == 0, "model_dim must be divisible by norm_num_groups"),
-            (self.output_size == -1 or self.output_size > 0, "output_size must be -1 or positive"),
             (not self.share_emb or self.out_size == self.vocab_size, "share_emb needs output_size == vocab_size"),
-            (self.norm_eps > 0, "norm_eps must be positive"),
-            (self.rope_base is None or self.rope_base > 0, "rope_base must be positive"),
         ]
         for ok, message in checks:
             if not ok:
                 raise fail(f"{source}: {message}")
+
+
+POSITIVE_INTS = (
+    "num_layers",
+    "model_dim",
+    "z_dim",
+    "value_dim",
+    "num_heads",
+    "ffn_hidden_dim",
+    "cema_ndim",
+    "chunk_size",
+    "norm_num_groups",
+    "vocab_size",
+)
+BOOLS = ("norm_affine", "swiglu", "rescale_nffn", "scale_emb", "share_emb")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from ..models.base import StreamingLM
 from .generate import prefill
-from .models.base import StreamingLM
 
 
 @dataclass

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from .errors import fail
-from .models.base import StreamingLM
+from ..errors import fail
+from ..models.base import StreamingLM
 
 POLICIES = "error, disjoint or sliding:S"
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import fail
+from ..errors import fail
 
 TARGET_DELIMITER = " "
 FEWSHOT_DELIMITER = "\n\n"

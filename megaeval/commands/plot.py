@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .errors import fail
-from .files import check_writable
-from .report import format_length, load_report, report_label, unique_labels
+from ..errors import fail
+from ..files import check_outputs, check_writable
+from ..runs.report import load_report
+from ..tables import format_length, report_label, unique_labels
 
 
 def _pyplot():
@@ -31,11 +32,14 @@ def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool 
     out = Path(out)
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise fail(f"--out {out} must end in .png, .svg or .pdf")
+    check_outputs({"--out": out}, paths)
     check_writable(out)
     reports = [load_report(p) for p in paths]
     for p, r in zip(paths, reports, strict=True):
         if r.get("command") != "ppl-sweep":
             raise fail(f"{p} is a {r.get('command')!r} report", "megaeval plot draws ppl-sweep reports")
+        if position_curve and not r["results"].get("position_curve"):
+            raise fail(f"{p} has no results.position_curve", "drop --position-curve, or plot ppl-sweep reports")
     labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
     plt = _pyplot()
     panels = 2 if position_curve else 1
@@ -43,7 +47,7 @@ def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool 
     _ppl_panel(axes[0][0], reports, labels)
     if position_curve:
         _position_panel(axes[0][1], reports, labels)
-    data = reports[0]["data"]
+    data = reports[0].get("data") or {}
     fig.suptitle(f"Perplexity by context length — {data.get('tokens_scored', 0):,} tokens per length", fontsize=12)
     fig.tight_layout()
     fig.savefig(out, dpi=130)

@@ -7,34 +7,49 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import fail
-from .files import file_sha256
+from ..errors import fail
+from ..files import file_sha256
 
 SUFFIXES = (".jsonl", ".parquet", ".csv")
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a .jsonl, .parquet or .csv file, as dicts."""
+def read_rows(path: str | Path) -> list[Any]:
+    """Rows of a .jsonl, .parquet or .csv file (a .jsonl row is whatever JSON value its line holds)."""
     path = Path(path)
-    if path.suffix == ".jsonl":
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise fail(f"{path} line {number} is not valid JSON ({e})") from None
-        return rows
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+    if path.suffix not in SUFFIXES:
+        raise fail(f"unknown data file type: {path}", f"use one of {', '.join(SUFFIXES)}")
+    try:
+        if path.suffix == ".jsonl":
+            rows = []
+            with open(path, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError as e:
+                        raise fail(f"{path} line {number} is not valid JSON ({e})", "fix or remove that line") from None
+            return rows
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    if path.suffix == ".csv":
+            return pq.read_table(path).to_pylist()
         with open(path, encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f))
-    raise fail(f"unknown data file type: {path}", f"use one of {', '.join(SUFFIXES)}")
+    except UnicodeDecodeError as e:
+        raise fail(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})", "convert the file to UTF-8") from None
+    except OSError as e:
+        raise fail(f"cannot read {path}: {e.strerror or e}", "check that the file exists and is readable") from None
+    except Exception as e:  # pyarrow's errors for a corrupt or truncated parquet file
+        if type(e).__module__.startswith("pyarrow"):
+            raise fail(f"{path} is not a readable parquet file ({' '.join(str(e).split())[:120]})",
+                       "re-export the data") from None  # fmt: skip
+        raise
+
+
+def data_folders(data_dir: str | Path | None) -> list[Path]:
+    """The local data an evaluation must never overwrite: the whole --data-dir (every task, every split)."""
+    return [] if data_dir is None else [Path(data_dir)]
 
 
 def local_split(data_dir: str | Path, task: str, split: str) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from .errors import fail
+from ..errors import fail
 
 
 def list_tasks(suite: str) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .models.base import StreamingLM
+from ..models.base import StreamingLM
 
 
 def prefill(lm: StreamingLM, ids: list[int], state: Any) -> tuple[torch.Tensor, Any]:

@@ -1,0 +1,86 @@
+"""`megaeval academic`: the short-context suite of Llama 2 / MEGALODON Table 1, as lm-evaluation-harness runs it.
+
+Tasks: MMLU (5-shot), BoolQ, HellaSwag, PIQA, SIQA, WinoGrande, ARC-e, ARC-c (0-shot) and NQ, TriviaQA
+(5-shot). Each task file (suites/academic/<task>.yaml) names the harness file every fact comes from. Documents
+are processed by `tasks.academic_docs`, prepared by `tasks.academic_prepare`, scored by
+`tasks.academic_requests` and aggregated by `tasks.academic_results`.
+
+Few-shot exemplars: MMLU takes the first dev questions of the same subject; NQ and TriviaQA draw from train with
+one random.Random(seed) per task (seed 1234, the harness's default), each document in turn, as the harness does.
+`limit` keeps the first documents of each task (of each MMLU subject, as the harness's per-subject tasks do).
+
+Scores are fractions, as the harness reports them. `results.average` is the mean over the tasks run of each
+task's headline metric (`results.<task>.metric`, listed in `results.average_of`): acc_norm for HellaSwag, PIQA,
+SIQA, ARC-e and ARC-c (the Llama papers choose by likelihood per character of the completion), acc for BoolQ,
+WinoGrande and MMLU (MMLU's is the subject-size-weighted mean, i.e. over all questions), exact_match for NQ and
+TriviaQA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import fail
+from ..runs import RunSettings, open_run
+from ..tasks.academic_prepare import prepare_task
+from ..tasks.academic_requests import FewshotCache, bos_prefix, evaluate_choices, evaluate_generation
+from ..tasks.academic_results import academic_results
+from ..tasks.data import data_folders
+from ..tasks.specs import parse_tasks
+
+DEFAULT_SEED = 1234  # lm-evaluation-harness's fewshot_random_seed (lm_eval/defaults.py DEFAULT_OTHER_SEED)
+
+
+@dataclass(kw_only=True)
+class AcademicSettings(RunSettings):
+    """Every flag of `megaeval academic`, defaults included (shots None: each task's own default)."""
+
+    tasks: str = "all"
+    shots: int | None = None
+    limit: int | None = None
+    data_dir: str | None = None
+    seed: int = DEFAULT_SEED
+    bos: bool = True
+    out: str = "reports/academic.json"
+    samples: str | None = None
+
+
+def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None) -> dict[str, Any]:
+    """Evaluate the academic tasks; write and return the report (and the samples file when asked)."""
+    if settings.limit is not None and settings.limit < 1:
+        raise fail("--limit must be at least 1")
+    if settings.shots is not None and settings.shots < 0:
+        raise fail("--shots must be >= 0")
+    tasks = parse_tasks(settings.tasks, "academic")
+    data: dict[str, Any] = {}
+    prepared = {task: prepare_task(settings, task, data) for task in tasks}  # bad data fails before the model loads
+
+    def check(lm: Any) -> dict[str, Any]:
+        bos_prefix(lm, settings.bos)  # a tokenizer without BOS fails now, not at the first document
+        return {}
+
+    run = open_run("academic", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
+                   check=check, progress=progress, on_unit=on_unit)  # fmt: skip
+    cache = FewshotCache()
+
+    def compute(unit: tuple[str, int]) -> dict[str, Any]:
+        task, k = unit
+        p = prepared[task]
+        doc = p.docs[k]
+        record: dict[str, Any] = {"task": task, "doc_id": doc.doc_id}
+        if doc.group is not None:
+            record["subject"] = doc.group
+        if p.spec["output"] == "generate_until":
+            record.update(evaluate_generation(run.lm, p, doc, settings.bos))
+        else:
+            record.update(evaluate_choices(run.lm, p, doc, settings.bos, cache))
+        record["exemplar_ids"] = p.exemplar_ids[k]
+        return record
+
+    units = [(task, k) for task, p in prepared.items() for k in range(len(p.docs))]
+    records = run.map(units, key=lambda u: [u[0], prepared[u[0]].docs[u[1]].doc_id], compute=compute,
+                      unit_name="documents", describe=lambda u: u[0])  # fmt: skip
+    results = academic_results(prepared, records)
+    recorded = {**asdict(settings), "per_task": {t: p.chosen for t, p in prepared.items()}}
+    return run.finish(recorded, data, results, samples=records)

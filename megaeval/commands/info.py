@@ -1,0 +1,19 @@
+"""`megaeval info`: what a checkpoint is, for any family: its facts as JSON, or its own rows as a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models import StreamingLM, load_model, model_options
+from ..tables import render_rows
+
+
+def load_for_info(spec: str | None, model_args: dict[str, Any], device: str, dtype: str,
+                  kernels: str | None = None) -> StreamingLM:  # fmt: skip
+    """Load a model as `megaeval info` describes it."""
+    return load_model(spec, device=device, dtype=dtype, **model_options(spec, model_args, kernels=kernels))
+
+
+def info_table(lm: StreamingLM) -> str:
+    """The model's own description rows as a two-column table, never wrapped."""
+    return render_rows(f"{lm.family} model", lm.info_rows())

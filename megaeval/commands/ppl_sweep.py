@@ -1,0 +1,210 @@
+"""`megaeval ppl-sweep`: perplexity of a books stream at many context lengths (plan: `scoring.sweep_plan`)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import fail
+from ..files import human_bytes
+from ..models import StreamingLM, parse_spec
+from ..runs import RunSettings, open_run
+from ..runs.memory import PeakMemory
+from ..runs.run import check_run_outputs
+from ..scoring.sweep_plan import (  # fmt: skip
+    DEFAULT_LENGTHS,
+    Pass,
+    batches_of,
+    bucket_edges,
+    parse_count,
+    parse_lengths,
+    plan_passes,
+    resolve_tokens,
+)
+from ..scoring.windows import parse_window_policy, score_windows, windows
+from ..streams import BooksStream, TextSpan
+from ..tables import format_length, format_value, render_table
+
+
+@dataclass(kw_only=True)
+class SweepSettings(RunSettings):
+    """Every flag of `megaeval ppl-sweep`, defaults included (all recorded in the report)."""
+
+    stream: str
+    lengths: str = DEFAULT_LENGTHS
+    tokens: str | None = None
+    batch_size: int = 1
+    norm_stats: str | None = None
+    window_policy: str = "error"
+    schedule: str = "shared"
+    out: str = "reports/ppl_sweep.json"
+
+    def family_flags(self) -> dict[str, Any]:
+        return {"kernels": self.kernels, "norm_stats": self.norm_stats}
+
+
+def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) -> dict[str, Any]:
+    """Run (or resume) a sweep and write its report to `settings.out`; return the report."""
+    check_run_outputs(settings, [settings.stream, parse_spec(settings.model)[1]])  # before any work
+    lengths = parse_lengths(settings.lengths)
+    requested = None if settings.tokens is None else parse_count(settings.tokens, "--tokens")
+    parse_window_policy(settings.window_policy)
+    plan_passes(lengths, max(lengths), settings.schedule)  # checks the schedule and the batch size early
+    batches_of([], settings.batch_size)
+    stream = BooksStream(settings.stream)
+    n_tokens = resolve_tokens(lengths, requested, len(stream))
+
+    def check(lm: StreamingLM) -> dict[str, Any]:
+        stream.check_tokenizer(lm.tokenizer)
+        if lm.max_context is not None:
+            windows(max(lengths), lm.max_context, settings.window_policy)  # refuses early under "error"
+        return {}
+
+    fingerprint = {"manifest_sha256": stream.manifest_sha256, "tokens_sha256": stream.tokens_sha256, "tokens": n_tokens}
+    run = open_run("ppl-sweep", settings, reads=[settings.stream], fingerprint=fingerprint, check=check,
+                   progress=progress, on_unit=on_unit)  # fmt: skip
+    lm = run.lm
+    passes = plan_passes(lengths, n_tokens, settings.schedule)
+    batches = batches_of(passes, settings.batch_size)
+    meter = PeakMemory(lm.device)
+    measuring = {"length": None}
+
+    def compute(index: int) -> dict[str, Any]:
+        batch = batches[index]
+        if batch[0].length != measuring["length"]:
+            meter.reset()
+            measuring["length"] = batch[0].length
+        began = time.perf_counter()
+        nll = score_batch(lm, stream, batch, settings.window_policy)
+        seconds = time.perf_counter() - began
+        served = [[[length, np.add.reduceat(row[:length], bucket_edges(length)[:-1]).tolist()] for length in p.serves]
+                  for p, row in zip(batch, nll, strict=True)]  # fmt: skip
+        return {"length": batch[0].length, "passes": len(batch), "served": served, "seconds": seconds,
+                "peak_memory": meter.peak()}  # fmt: skip
+
+    records = run.map(range(len(batches)), key=lambda i: i, compute=compute, unit_name="tokens",
+                      weight=lambda i: batches[i][0].length * len(batches[i]),
+                      describe=lambda i: f"length {batches[i][0].length:,}")  # fmt: skip
+    span = stream.text_span(1, n_tokens + 1, lm.tokenizer)
+    results = sweep_results(lengths, n_tokens, records, passes, span, settings.schedule, meter.method)
+    recorded = {
+        **asdict(settings),
+        "lengths": lengths,
+        "tokens": n_tokens,
+        "norm_stats": lm.options().get("norm_stats"),
+    }
+    data = {**stream.describe(), "tokens_scored": n_tokens, "span": asdict(span)}
+    return run.finish(recorded, data, results)
+
+
+def score_batch(lm: StreamingLM, stream: BooksStream, batch: list[Pass], policy: str) -> np.ndarray:
+    """Fresh-state NLLs [len(batch), length] of the batch's passes, checked for NaN/inf."""
+    length = batch[0].length
+    window = np.stack([np.asarray(stream.tokens[p.start : p.start + length + 1], dtype=np.int64) for p in batch])
+    window = torch.from_numpy(window).to(lm.device)
+    if lm.max_context is not None and length > lm.max_context:
+        nll = score_windows(lm, window[:, :-1], window[:, 1:], policy, lm.max_context)
+    else:
+        nll, _ = lm.score(window[:, :-1], window[:, 1:], lm.init_state(len(batch)))
+    nll = nll.double().cpu().numpy()
+    bad = ~np.isfinite(nll)
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        start = batch[row].start
+        pos = first_non_finite(lm, window[row : row + 1])
+        raise fail(
+            f"the model produced a non-finite NLL ({nll[row, pos]}) for stream position {start + pos + 1:,}: "
+            f"segment of length {length:,} starting at {start:,}, position {pos:,} within it",
+            "check the checkpoint's weights, or use a wider --dtype such as float32",
+        )
+    return nll
+
+
+def first_non_finite(lm: StreamingLM, window: torch.Tensor) -> int:
+    """The first target whose NLL is not finite when read causally.
+
+    FFT convolutions spread a NaN to every position of a call, so the position is found by binary
+    search over prefixes: the shortest prefix whose NLLs are not all finite ends at the culprit.
+    """
+
+    def spoiled(m: int) -> bool:
+        nll, _ = lm.score(window[:, :m], window[:, 1 : m + 1], lm.init_state(1))
+        return not bool(torch.isfinite(nll).all())
+
+    lo, hi = 1, window.shape[1] - 1  # spoiled(hi) holds
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if spoiled(mid) else (mid + 1, hi)
+    return lo - 1
+
+
+def sweep_results(
+    lengths: list[int], n_tokens: int, records: list[dict[str, Any]], passes: list[Pass], span: TextSpan,
+    schedule: str, memory_method: str,
+) -> dict[str, Any]:  # fmt: skip
+    """Fold the batches' records, in batch order, into the per-length results and position curves."""
+    nll_sum = dict.fromkeys(lengths, 0.0)
+    segments = dict.fromkeys(lengths, 0)
+    curve = {length: [0.0] * (len(bucket_edges(length)) - 1) for length in lengths}
+    seconds, processed, peak = dict.fromkeys(lengths, 0.0), dict.fromkeys(lengths, 0), dict.fromkeys(lengths, 0)
+    for r in records:
+        seconds[r["length"]] += r["seconds"]
+        processed[r["length"]] += r["length"] * r["passes"]
+        peak[r["length"]] = max(peak[r["length"]], r["peak_memory"])
+        for served in r["served"]:
+            for length, sums in served:
+                nll_sum[length] += float(np.asarray(sums).sum())
+                segments[length] += 1
+                curve[length] = [a + b for a, b in zip(curve[length], sums, strict=True)]
+    rows, curves = [], []
+    for length in lengths:
+        if segments[length] != n_tokens // length:
+            raise AssertionError(f"length {length}: {segments[length]} segments scored, expected {n_tokens // length}")
+        mean = nll_sum[length] / n_tokens
+        rows.append({
+            "context_length": length, "segments": segments[length], "tokens": n_tokens, "nll_sum": nll_sum[length],
+            "mean_nll": mean, "ppl": math.exp(mean),
+            "bits_per_byte": nll_sum[length] / (math.log(2) * span.bytes) if span.bytes else None,
+            "word_ppl": math.exp(nll_sum[length] / span.words) if span.words else None,
+            "seconds": round(seconds[length], 3), "tokens_processed": processed[length],
+            "tokens_per_second": round(processed[length] / seconds[length], 1) if seconds[length] > 0 else None,
+            "peak_memory_bytes": peak[length],
+        })  # fmt: skip
+        edges = bucket_edges(length)
+        buckets = [{"start": a, "end": b, "mean_nll": s / (segments[length] * (b - a))}
+                   for a, b, s in zip(edges[:-1], edges[1:], curve[length], strict=True)]  # fmt: skip
+        curves.append({"context_length": length, "buckets": buckets})
+    return {
+        "schedule": "shared-prefix" if schedule == "shared" else "naive",
+        "tokens_scored": n_tokens * len(lengths),
+        "tokens_processed": sum(p.length for p in passes),
+        "targets": {"first_position": 1, "last_position": n_tokens},
+        "peak_memory_method": memory_method,
+        "lengths": rows,
+        "position_curve": curves,
+    }
+
+
+def sweep_summary(report: dict[str, Any]) -> str:
+    """One ppl-sweep report as a table: a row per context length."""
+    header = ["context", "segments", "ppl", "bits/byte", "word ppl", "tok/s", "peak mem", "seconds"]
+    rows = []
+    for r in report["results"]["lengths"]:
+        rows.append([
+            format_length(r["context_length"]), str(r["segments"]), format_value(r["ppl"]),
+            "" if r["bits_per_byte"] is None else f"{r['bits_per_byte']:.4f}",
+            "" if r["word_ppl"] is None else format_value(r["word_ppl"]),
+            "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
+            human_bytes(r["peak_memory_bytes"]), f"{r['seconds']:.1f}",
+        ])  # fmt: skip
+    res = report["results"]
+    title = (
+        f"{report['model'].get('family')} on {report['data']['tokens_scored']:,} tokens per length "
+        f"({res['schedule']}: {res['tokens_processed']:,} processed for {res['tokens_scored']:,} scored)"
+    )
+    return render_table(header, rows, "table", title=title)

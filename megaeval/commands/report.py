@@ -1,0 +1,83 @@
+"""`megaeval report`: several reports side by side, a row per context length (ppl-sweep) or per task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import fail
+from ..runs.report import load_report
+from ..tables import format_length, format_value, render_table, report_label, unique_labels
+
+SWEEP_METRICS = ("ppl", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second", "peak_memory_bytes")
+
+
+def sweep_rows(reports: list[dict[str, Any]], metric: str = "ppl") -> tuple[list[str], list[list[str]]]:
+    """Side-by-side ppl-sweep table: one row per context length, one column per report."""
+    if metric not in SWEEP_METRICS:
+        raise fail(f"unknown metric {metric!r}", f"use one of: {', '.join(SWEEP_METRICS)}")
+    by_length = [{row["context_length"]: row for row in r["results"]["lengths"]} for r in reports]
+    lengths = sorted({length for table in by_length for length in table})
+    rows = []
+    for length in lengths:
+        cells = [format_length(length)]
+        for table in by_length:
+            value = table.get(length, {}).get(metric)
+            cells.append("" if value is None else format_value(value))
+        rows.append(cells)
+    return ["context"], rows
+
+
+def task_rows(reports: list[dict[str, Any]], metric: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """Side-by-side scrolls/academic table: one row per task (its headline metric unless `metric`)."""
+    tasks: list[str] = []
+    for r in reports:
+        tasks += [t for t, v in r["results"].items() if isinstance(v, dict) and t not in tasks]
+    if metric is not None:
+        known = sorted({k for r in reports for v in r["results"].values() if isinstance(v, dict) for k in v
+                        if isinstance(v[k], (int, float)) and not isinstance(v[k], bool) and k != "n"})  # fmt: skip
+        if metric not in known:
+            raise fail(f"no task in these reports has a metric {metric!r}", f"use one of: {', '.join(known)}")
+    rows = []
+    for task in tasks:
+        cells = [task]
+        for r in reports:
+            res = r["results"].get(task)
+            key = metric or (res or {}).get("metric", "acc")
+            value = None if not isinstance(res, dict) else res.get(key)
+            cells.append("" if value is None else format_value(value))
+        rows.append(cells)
+    return ["task"], rows
+
+
+def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = None) -> str:
+    """`megaeval report`: the given reports side by side."""
+    if not paths:
+        raise fail("no reports given", "pass one or more report.json files")
+    reports = [load_report(p) for p in paths]
+    commands = {r.get("command") for r in reports}
+    if len(commands) > 1:
+        raise fail(f"cannot put {' and '.join(sorted(map(str, commands)))} reports in one table", "pass one kind")
+    if commands == {"ppl-sweep"}:
+        header, rows = sweep_rows(reports, metric or "ppl")
+        title = f"{metric or 'ppl'} by context length"
+    else:
+        header, rows = task_rows(reports, metric)
+        title = f"{commands.pop()}: {metric or 'headline metric'} by task"
+    header += unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
+    return render_table(header, rows, fmt, title=title)
+
+
+def task_summary(report: dict[str, Any]) -> str:
+    """Per-task results of a scrolls or academic report as a table (with coverage when only some were scored)."""
+    header = ["task", "n", "metric", "score"]
+    partial = [r["coverage"] for r in report["results"].values() if isinstance(r, dict) and "coverage" in r]
+    covered = any(len(set(c.split("/"))) > 1 for c in partial)
+    rows = []
+    for task, r in report["results"].items():
+        if isinstance(r, dict) and "n" in r:
+            metric = r.get("metric", "acc")
+            rows.append([task, str(r["n"]), metric, "" if r.get(metric) is None else f"{r[metric]:.4f}"]
+                        + ([r.get("coverage", "")] if covered else []))  # fmt: skip
+    title = f"{report['command']}: {report_label(report, 'predictions')}"
+    return render_table(header + (["coverage"] if covered else []), rows, "table", title=title)

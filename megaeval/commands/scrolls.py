@@ -1,0 +1,169 @@
+"""`megaeval scrolls`: NarrativeQA, Qasper and QMSum the way MEGALODON's Table 2 reads them.
+
+Each example's prompt is the task template (default "{CONTEXT} Q: {QUESTION} A:") with the whole
+document. Few-shot exemplars come from the train split (seeded), are rendered as their full
+prompt followed by " " and their first reference, and are joined with "\\n\\n". That prefix is
+encoded once, with BOS, and its state is cloned for every example. The prefix and each example
+are tokenized separately, so the prefix tokens are the same for every example. Unlimited-context
+models read the whole document; fixed-context models lose document tokens (--truncation
+middle|left|right) to fit max_context - max_new_tokens. Answers are greedy, and stop at EOS or at
+a stop string. Documents and prompts: `megaeval.tasks.scrolls_docs`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import fail
+from ..metrics.scrolls import example_scores, scrolls_scores
+from ..models import StreamingLM
+from ..runs import RunSettings, open_run
+from ..runs.run import check_run_outputs
+from ..scoring.generate import greedy_generate, prefill
+from ..scoring.loglik import read_prefix
+from ..tasks.data import data_folders, load_split
+from ..tasks.scrolls_docs import TRUNCATIONS, Example, fit_prompt, group_examples, pick_exemplars, render_prompt
+from ..tasks.specs import load_spec, parse_tasks
+from .predictions import score_predictions
+
+SHOT_JOINER = "\n\n"
+
+
+@dataclass(kw_only=True)
+class ScrollsSettings(RunSettings):
+    """Every flag of `megaeval scrolls`, defaults included (None: the task's own default)."""
+
+    tasks: str = "narrative_qa,qasper,qmsum"
+    data_dir: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    shots: int | None = None
+    seed: int = 0
+    template: str | None = None
+    max_new_tokens: int | None = None
+    stop: list[str] | None = None
+    truncation: str = "middle"
+    bos: bool = True
+    predictions: str | None = None
+    allow_partial: bool = False
+    out: str = "reports/scrolls.json"
+    samples: str | None = None
+
+
+def task_settings(settings: ScrollsSettings, task: str) -> dict[str, Any]:
+    """The effective per-task choices: the task file's defaults unless a flag overrides them."""
+    spec = load_spec("scrolls", task)
+    chosen = {
+        "hub": spec["hub"],
+        "split": settings.split or spec["split"],
+        "shot_split": spec["shot_split"],
+        "shots": spec["shots"] if settings.shots is None else settings.shots,
+        "template": settings.template or spec["template"],
+        "max_new_tokens": spec["max_new_tokens"] if settings.max_new_tokens is None else settings.max_new_tokens,
+        "stop": spec["stop"] if settings.stop is None else settings.stop,
+        "metric": spec["metric"],
+    }
+    if "{CONTEXT}" not in chosen["template"] or "{QUESTION}" not in chosen["template"]:
+        raise fail(f"--template {chosen['template']!r} must contain {{CONTEXT}} and {{QUESTION}}")
+    if chosen["shots"] < 0 or chosen["max_new_tokens"] < 1:
+        raise fail("--shots must be >= 0 and --max-new-tokens >= 1")
+    return chosen
+
+
+def load_examples(settings: ScrollsSettings, tasks: list[str], per_task: dict, data: dict) -> dict[str, list[Example]]:
+    """Each task's examples (the first --limit), refusing an empty split."""
+    examples = {}
+    for task in tasks:
+        choice = per_task[task]
+        rows, data[task] = load_split(task, choice["split"], settings.data_dir, choice["hub"])
+        examples[task] = group_examples(rows, data[task].get("path", task))[: settings.limit]
+        if not examples[task]:
+            raise fail(f"{task}: the {choice['split']} split is empty", "check --data-dir and --split")
+    return examples
+
+
+def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) -> dict[str, Any]:
+    """Evaluate (or, with `predictions`, only score) the SCROLLS tasks; write and return the report."""
+    if settings.truncation not in TRUNCATIONS:
+        raise fail(f"unknown --truncation {settings.truncation!r}", f"use {', '.join(TRUNCATIONS)}")
+    if settings.limit is not None and settings.limit < 1:
+        raise fail("--limit must be at least 1")
+    tasks = parse_tasks(settings.tasks, "scrolls")
+    per_task = {t: task_settings(settings, t) for t in tasks}
+    data: dict[str, Any] = {}
+    examples = load_examples(settings, tasks, per_task, data)
+    if settings.predictions is not None:
+        check_run_outputs(settings, [*data_folders(settings.data_dir), settings.predictions])
+        return score_predictions(settings, per_task, examples, data)
+    exemplars = {}
+    for task in tasks:  # before loading the model: bad data fails fast
+        pool: list[Example] = []
+        if per_task[task]["shots"]:
+            choice = per_task[task]
+            rows, data[f"{task}:shots"] = load_split(task, choice["shot_split"], settings.data_dir, choice["hub"])
+            pool = group_examples(rows, data[f"{task}:shots"].get("path", task))
+        exemplars[task] = pick_exemplars(pool, per_task[task]["shots"], settings.seed, task)
+
+    run = open_run("scrolls", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
+                   progress=progress, on_unit=on_unit)  # fmt: skip
+    lm = run.lm
+    prefixes: dict[str, tuple[list[int], Any, int | None]] = {}
+
+    def compute(unit: tuple[str, Example]) -> dict[str, Any]:
+        task, ex = unit
+        choice = per_task[task]
+        if task not in prefixes:
+            prefixes[task] = prepare_prefix(lm, task, choice, exemplars[task], settings.bos)
+        prefix_ids, prefix_state, budget = prefixes[task]
+        ids, dropped = fit_prompt(lm, choice["template"], ex, budget, settings.truncation)
+        logits, state = prefill(lm, ids, prefix_state.clone())
+        gen = greedy_generate(lm, logits, state, choice["max_new_tokens"], choice["stop"])
+        return {
+            "task": task, "id": ex.id, "prompt_tokens": len(prefix_ids) + len(ids), "truncated_tokens": dropped,
+            "prediction": gen.text.strip(), "references": ex.references, "stop_reason": gen.stop_reason,
+            "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in exemplars[task]],
+            "scores": example_scores(choice["metric"], gen.text.strip(), ex.references),
+        }  # fmt: skip
+
+    units = [(task, ex) for task in tasks for ex in examples[task]]
+    records = run.map(units, key=lambda u: [u[0], u[1].id], compute=compute, unit_name="examples",
+                      describe=lambda u: u[0])  # fmt: skip
+    results = scrolls_results(tasks, per_task, records)
+    return run.finish({**asdict(settings), "per_task": per_task}, data, results, samples=records)
+
+
+def prepare_prefix(
+    lm: StreamingLM, task: str, choice: dict[str, Any], exemplars: list[Example], bos: bool
+) -> tuple[list[int], Any, int | None]:
+    """Tokens and state of BOS + the few-shot exemplars (each example starts from a clone), and the
+    prompt budget a fixed-context model leaves after them."""
+    text = "".join(render_prompt(choice["template"], ex) + " " + ex.references[0] + SHOT_JOINER for ex in exemplars)
+    prefix = read_prefix(lm, ([lm.tokenizer.bos_id] if bos else []) + (lm.tokenizer.encode(text) if text else []))
+    budget = None if lm.max_context is None else lm.max_context - choice["max_new_tokens"] - len(prefix.ids)
+    if budget is not None and budget < 1:
+        raise fail(f"{task}: the {choice['shots']}-shot prefix ({len(prefix.ids)} tokens) leaves no room in "
+                   f"max_context {lm.max_context}", "use --shots 0 or a model with a longer context")  # fmt: skip
+    return prefix.ids, prefix.state, budget
+
+
+def scrolls_results(tasks: list[str], per_task: dict, records: list[dict]) -> dict[str, Any]:
+    """Per-task corpus scores (and facts about prompts and stops) from the examples' records."""
+    results: dict[str, Any] = {}
+    for task in tasks:
+        mine = [r for r in records if r["task"] == task]
+        if not mine:
+            continue
+        scores = scrolls_scores(per_task[task]["metric"], [r["prediction"] for r in mine],
+                                [r["references"] for r in mine])  # fmt: skip
+        scores.update({
+            "metric": per_task[task]["metric"],
+            "truncated_tokens": sum(r.get("truncated_tokens", 0) for r in mine),
+            "examples_truncated": sum(1 for r in mine if r.get("truncated_tokens", 0)),
+            "exemplar_ids": mine[0].get("exemplar_ids", []),
+            "mean_prompt_tokens": sum(r.get("prompt_tokens", 0) for r in mine) / len(mine),
+            "stop_reasons": dict(Counter(r.get("stop_reason", "given") for r in mine)),
+        })  # fmt: skip
+        results[task] = scores
+    return results

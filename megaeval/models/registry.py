@@ -1,0 +1,46 @@
+"""Model families register themselves here: how to recognise a checkpoint, load it, and which options it takes."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The families that ship with megaeval; each module calls `register` when imported.
+BUILTIN_FAMILIES = ("megaeval.models.megalodon", "megaeval.models.hf", "megaeval.models.rfa")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: its name, how to recognise and load its checkpoints, and its options with defaults."""
+
+    name: str
+    detect: Callable[[Path], bool]
+    load: Callable[..., Any]  # (path, device, dtype, **options) -> StreamingLM
+    load_tokenizer: Callable[..., Any]  # (path, **options) -> Tokenizer
+    options: dict[str, Any] = field(default_factory=dict)  # every option it accepts, with its default
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Make a family loadable by name (FAMILY:PATH) and by detection of its checkpoint directories."""
+    _FAMILIES[family.name] = family
+    return family
+
+
+def families() -> dict[str, Family]:
+    """Every registered family, by name (the built-in ones are imported on first use)."""
+    for module in BUILTIN_FAMILIES:
+        importlib.import_module(module)
+    return dict(_FAMILIES)
+
+
+def family_defaults(load: Callable[..., Any]) -> dict[str, Any]:
+    """The keyword-only options of a family's `load` with their defaults: the one list of its options."""
+    params = inspect.signature(load).parameters.values()
+    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}

@@ -1,0 +1,232 @@
+"""RFA behind the StreamingLM contract: loading an rfa checkpoint, streaming forward/score, facts.
+
+Numbers do not depend on how a sequence is split into calls: the compute chunks are aligned to
+absolute positions and the only thing carried is the per-layer (S, z) sums, in float64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import fail
+from ...files import file_sha256, human_bytes
+from ...kernels.nll import IGNORE_INDEX, nll_from_logits
+from ...tokenizers import SentencePieceTokenizer
+from ..base import StreamingLM
+from .checkpoint import (
+    CheckpointInfo,
+    check_state_dict,
+    is_rfa_dir,
+    load_weights,
+    read_info,
+    save_checkpoint,
+    stored_dtype,
+)
+from .config import RFAConfig
+from .model import RFAModel, RFAState
+
+CHUNK = 64  # tokens per compute chunk (intra-chunk quadratic form, carried sums across chunks)
+STEP_TOKENS = 2048  # tokens (all batch rows together) per internal step: bounds activations
+
+__all__ = ["RFALM", "load", "load_tokenizer", "is_rfa_dir", "save_checkpoint", "IGNORE_INDEX", "CHUNK"]
+
+
+class RFALM(StreamingLM):
+    """An RFA checkpoint as a StreamingLM with unlimited context and a constant-size state."""
+
+    family = "rfa"
+    max_context = None
+
+    def __init__(
+        self,
+        model: RFAModel,
+        tokenizer: SentencePieceTokenizer,
+        info: CheckpointInfo | None = None,
+        stored: str | None = None,
+        chunk_size: int = CHUNK,
+        tokenizer_option: str | None = None,
+    ):
+        self.model = model.eval().requires_grad_(False)
+        self.config: RFAConfig = model.config
+        self.tokenizer = tokenizer
+        self.info = info
+        self.path = None if info is None else info.path
+        self.tokenizer_option = tokenizer_option
+        self.stored_dtype = stored
+        self.chunk_size = chunk_size
+        self.device = model.embed.weight.device
+        self.dtype = model.embed.weight.dtype
+        self._weights_sha256: str | None = None
+
+    # ------------------------------------------------------------------------------- contract
+
+    def init_state(self, batch_size: int) -> RFAState:
+        """A fresh state for `batch_size` sequences."""
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise fail(f"batch_size must be a positive integer, got {batch_size!r}")
+        return self.model.init_state(batch_size)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, state: RFAState) -> tuple[torch.Tensor, RFAState]:
+        """Logits [B, T, V] for tokens [B, T] after `state`, and the state after them."""
+        tokens = self._check_tokens(tokens, state)
+        logits: list[torch.Tensor] = []
+        state = self._run(tokens, state, lambda start, hidden: logits.append(self.model.logits(hidden)))
+        if not logits:
+            out_dtype = torch.promote_types(self.dtype, torch.float32)
+            return torch.zeros(tokens.shape[0], 0, self.config.vocab_size, dtype=out_dtype, device=self.device), state
+        return torch.cat(logits, dim=1), state
+
+    @torch.inference_mode()
+    def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: RFAState) -> tuple[torch.Tensor, RFAState]:
+        """NLL [B, T] of each target given the inputs so far (-100 scores 0); at most [B, chunk, V] logits live."""
+        inputs = self._check_tokens(inputs, state)
+        targets = torch.as_tensor(targets, device=self.device)
+        if targets.shape != inputs.shape:
+            raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
+        targets = targets.long()
+        B, T = inputs.shape
+        nll = torch.zeros(B, T, dtype=torch.promote_types(self.dtype, torch.float32), device=self.device)
+        chunk = self.chunk_size
+
+        def score_step(start: int, hidden: torch.Tensor) -> None:
+            for s in range(start, start + hidden.shape[1], chunk):
+                piece = hidden[:, s - start : s - start + chunk]
+                e = s + piece.shape[1]
+                nll[:, s:e] = nll_from_logits(self.model.logits(piece), targets[:, s:e])
+
+        state = self._run(inputs, state, score_step)
+        return nll, state
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _check_tokens(self, tokens: Any, state: RFAState) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens, device=self.device)
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
+        if tokens.shape[0] != state.batch_size:
+            raise fail(
+                f"tokens have batch size {tokens.shape[0]} but the state was made for {state.batch_size}",
+                "use init_state(batch_size) with the same batch size",
+            )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
+            raise fail(
+                f"token ids must lie in [0, {self.config.vocab_size}), got [{int(tokens.min())}, {int(tokens.max())}]",
+                "encode with this model's tokenizer",
+            )
+        return tokens.long()
+
+    def step(self, batch_size: int) -> int:
+        """Tokens per row per internal step: whole chunks, about STEP_TOKENS for the whole batch."""
+        return self.chunk_size * max(1, STEP_TOKENS // (batch_size * self.chunk_size))
+
+    def _run(self, tokens: torch.Tensor, state: RFAState, consume: Callable[[int, torch.Tensor], None]) -> RFAState:
+        """Run the model over `tokens` in steps aligned to multiples of `step`, handing each step's
+        start and final hidden states to `consume`; return the state after the last token."""
+        T = tokens.shape[1]
+        step = self.step(tokens.shape[0])
+        start = 0
+        while start < T:
+            end = min(T, start + step - (state.position % step))
+            hidden, state = self.model(tokens[:, start:end], state, chunk=self.chunk_size)
+            consume(start, hidden)
+            start = end
+        return state
+
+    # ------------------------------------------------------------------------------- facts
+
+    def state_bytes(self, batch_size: int = 1) -> int:
+        """Size of a state: per layer and head, S [R, d] and z [R] in float64 (constant in tokens consumed)."""
+        c = self.config
+        return batch_size * c.num_layers * c.num_heads * c.feature_dim * (c.head_dim + 1) * 8
+
+    def weights_sha256(self) -> str | None:
+        """sha256 of model.safetensors."""
+        if self.info is None:
+            return None
+        if self._weights_sha256 is None:
+            self._weights_sha256 = file_sha256(self.info.weights_path)
+        return self._weights_sha256
+
+    def parameter_count(self) -> int:
+        """Learned parameters (a tied embedding counts once; the fixed random matrices are not counted)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    def options(self) -> dict[str, Any]:
+        """Effective load options, defaults included."""
+        return {"tokenizer": self.tokenizer_option}
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for `megaeval info` and reports (same keys as the other state-carrying families)."""
+        return {
+            "family": self.family,
+            "path": None if self.info is None else str(self.info.path),
+            "config": self.config.to_dict(),
+            "parameters": self.parameter_count(),
+            "chunk_size": self.chunk_size,
+            "max_context": self.max_context,
+            "state_bytes_per_sequence": self.state_bytes(1),
+            "norm_stats": None,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            "stored_dtype": self.stored_dtype,
+            "model_parallel_size": None,
+            "tokenizer": self.tokenizer.describe(),
+        }
+
+    def info_rows(self) -> list[tuple[str, str]]:
+        """Human-readable rows for the `megaeval info` table."""
+        c, f = self.config, self.describe()
+        features = f"{c.num_features} per head (phi has {c.feature_dim})"
+        tok = f["tokenizer"]
+        return [
+            ("path", str(f["path"])),
+            ("architecture", f"RFA (random feature attention), {c.num_layers} layers, learned sigma"),
+            ("parameters", f"{f['parameters']:,}"),
+            ("layers × model_dim / heads", f"{c.num_layers} × {c.model_dim} / {c.num_heads} (head dim {c.head_dim})"),
+            ("ffn_hidden_dim", f"{c.ffn_hidden_dim} (gelu)"),
+            ("random features", features),
+            ("feature map", c.feature_map),
+            ("gated", "yes" if c.gated else "no"),
+            ("max context", "unlimited (state carried)"),
+            ("state per sequence", f"{human_bytes(f['state_bytes_per_sequence'])} (constant)"),
+            ("compute chunk", f"{self.chunk_size:,} tokens"),
+            ("dtype", f"{f['dtype']} on {f['device']} (stored {f['stored_dtype']})"),
+            ("tokenizer", f"{tok['path']} (sha256 {tok['sha256'][:12]})"),
+            ("vocabulary", f"{c.vocab_size:,}" + (" (tied embeddings)" if c.tie_embeddings else "")),
+        ]
+
+
+def _checked_tokenizer(info: CheckpointInfo) -> SentencePieceTokenizer:
+    tok = SentencePieceTokenizer(info.tokenizer_path)
+    if tok.vocab_size != info.config.vocab_size:
+        raise fail(
+            f"tokenizer {info.tokenizer_path} has {tok.vocab_size} pieces but config.json says vocab_size "
+            f"{info.config.vocab_size}",
+            "pass --model-args tokenizer=PATH with the tokenizer this model was trained with",
+        )
+    return tok
+
+
+def load_tokenizer(path: str | Path, *, tokenizer: str | None = None, **_model_options: Any) -> SentencePieceTokenizer:
+    """The tokenizer of an rfa checkpoint, checked against its config, without loading weights."""
+    return _checked_tokenizer(read_info(path, tokenizer=tokenizer))
+
+
+def load(path: str | Path, device: torch.device, dtype: torch.dtype, *, tokenizer: str | None = None) -> RFALM:
+    """Load an rfa checkpoint directory (config.json, model.safetensors, tokenizer)."""
+    info = read_info(path, tokenizer=tokenizer)
+    tok = _checked_tokenizer(info)
+    with torch.device("meta"):
+        model = RFAModel(info.config)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    state = load_weights(info)
+    check_state_dict(state, expected, str(info.weights_path))
+    stored = stored_dtype(state)
+    state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()}
+    model.load_state_dict(state, strict=True, assign=True)
+    return RFALM(model, tok, info, stored, tokenizer_option=tokenizer)

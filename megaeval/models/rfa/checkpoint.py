@@ -1,0 +1,158 @@
+"""The rfa checkpoint directory: read and check it, load its weights (safetensors only), write it.
+
+A checkpoint directory holds
+  config.json         {"family": "rfa", architecture fields (RFAConfig), "tokenizer": path relative to the dir}
+  model.safetensors   the tensors, named as in RFAModel.state_dict() (output.weight absent when tied)
+  tokenizer.model     the sentencepiece model (or wherever config.json's tokenizer points)
+Weights are read with safetensors only: pickle-based files (.bin, .pt, .pth, ...) are never opened.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import fail
+from .config import RFAConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+@dataclass
+class CheckpointInfo:
+    """What config.json of an rfa checkpoint says."""
+
+    path: Path
+    config: RFAConfig
+    tokenizer_path: Path
+    raw_config: dict[str, Any]
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / WEIGHTS_FILE
+
+
+def is_rfa_dir(path: Path) -> bool:
+    """A directory whose config.json has "family": "rfa"."""
+    try:
+        config = json.loads((Path(path) / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and config.get("family") == "rfa"
+
+
+def read_info(path: str | Path, tokenizer: str | Path | None = None) -> CheckpointInfo:
+    """Read and validate config.json; locate the tokenizer (an explicit `tokenizer` wins)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise fail(f"checkpoint directory not found: {path}", "pass an existing rfa checkpoint directory")
+    file = path / CONFIG_FILE
+    if not file.is_file():
+        raise fail(f"missing {CONFIG_FILE} in {path}", "an rfa checkpoint has config.json and model.safetensors")
+    try:
+        raw = json.loads(file.read_text())
+    except ValueError as e:
+        raise fail(f"{file} is not valid JSON ({' '.join(str(e).split())})") from None
+    if not isinstance(raw, dict):
+        raise fail(f"{file} must hold a JSON object")
+    if raw.get("family") != "rfa":
+        raise fail(f'{file}: family must be "rfa", got {raw.get("family")!r}')
+    config = RFAConfig.from_dict(raw, source=str(file))
+    configured = raw.get("tokenizer")
+    if tokenizer is None and (not isinstance(configured, str) or not configured):
+        raise fail(f"{file}: tokenizer must be a path (relative to the directory), got {configured!r}")
+    tok = Path(tokenizer) if tokenizer is not None else path / configured
+    if not tok.is_file():
+        raise fail(f"tokenizer not found at {tok}", "pass --model-args tokenizer=PATH (a sentencepiece .model)")
+    return CheckpointInfo(path, config, tok, raw)
+
+
+def load_weights(info: CheckpointInfo) -> dict[str, torch.Tensor]:
+    """The tensors of model.safetensors (CPU). Never unpickles anything."""
+    file = info.weights_path
+    if not file.is_file():
+        pickled = sorted(p.name for p in info.path.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        if pickled:
+            raise fail(
+                f"missing {WEIGHTS_FILE} in {info.path}; refusing to load {', '.join(pickled)} (pickle can run code)",
+                "convert the weights to safetensors (safetensors.torch.save_file)",
+            )
+        raise fail(f"missing {WEIGHTS_FILE} in {info.path}", "an rfa checkpoint stores its weights as safetensors")
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise fail("rfa checkpoints need the safetensors package", "pip install safetensors") from None
+    try:
+        return load_file(str(file), device="cpu")
+    except Exception as e:  # safetensors raises SafetensorError / OSError with multi-line messages
+        reason = " ".join(str(e).split())[:160]
+        raise fail(f"cannot read {file}: not a valid safetensors file ({reason})", "re-copy or re-save it") from None
+
+
+def check_state_dict(state: dict[str, torch.Tensor], expected: dict[str, torch.Size], source: str) -> None:
+    """Raise one error naming every missing key, unexpected key, shape mismatch and non-float tensor."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shared = sorted(set(state) & set(expected))
+    shapes = [f"{k} {list(state[k].shape)} vs {list(expected[k])}" for k in shared if state[k].shape != expected[k]]
+    kinds = [f"{k} ({str(state[k].dtype).removeprefix('torch.')})" for k in shared if not state[k].is_floating_point()]
+
+    def listed(items: list[str]) -> str:
+        return ", ".join(items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else "")
+
+    problems = []
+    if missing:
+        problems.append(f"missing keys {listed(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys {listed(unexpected)}")
+    if shapes:
+        problems.append(f"shape mismatch (file vs config) {listed(shapes)}")
+    if kinds:
+        problems.append(f"non-float tensors {listed(kinds)}")
+    if problems:
+        raise fail(
+            f"{source} does not match config.json: " + "; ".join(problems),
+            "check that config.json belongs to these weights",
+        )
+
+
+def stored_dtype(state: dict[str, torch.Tensor]) -> str:
+    """The dtype the weights are stored in ("mixed" when they differ)."""
+    names = {DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch.")) for t in state.values()}
+    return names.pop() if len(names) == 1 else "mixed"
+
+
+def save_checkpoint(
+    model: torch.nn.Module,
+    out_dir: str | Path,
+    tokenizer_path: str | Path,
+    *,
+    dtype: torch.dtype | None = None,
+    copy_tokenizer: bool = True,
+) -> Path:
+    """Write `model` (an RFAModel) as an rfa checkpoint directory; `dtype`: stored dtype (default: the model's)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Path(tokenizer_path)
+    if tok.resolve().parent == out.resolve():
+        tok = Path(tok.name)
+    elif copy_tokenizer:
+        shutil.copyfile(tok, out / "tokenizer.model")
+        tok = Path("tokenizer.model")
+    else:
+        tok = tok.resolve()
+    config = {"family": "rfa", **model.config.to_dict(), "tokenizer": str(tok)}
+    state = {k: v.detach().to("cpu", dtype or v.dtype).contiguous().clone() for k, v in model.state_dict().items()}
+    save_file(state, str(out / WEIGHTS_FILE))
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    return out

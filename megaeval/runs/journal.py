@@ -1,0 +1,103 @@
+"""The resume journal: an append-only JSONL of finished units, one format for every command."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import fail
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> str:
+    """What differs between two fingerprints, as 'key: OLD then, NEW now; ...'."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return "" if old == new else f"{prefix.rstrip('.') or 'fingerprint'}: {old!r:.80} then, {new!r:.80} now"
+    items = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = differences(a, b, f"{prefix}{key}.")
+            if inner:
+                items.append(inner)
+        elif a != b:
+            items.append(f"{prefix}{key}: {a!r:.80} then, {b!r:.80} now")
+    return "; ".join(items)
+
+
+def _unit_key(unit: Any) -> str:
+    return json.dumps(unit, sort_keys=True)
+
+
+class Journal:
+    """Finished units of a run, for resume: line 1 is the run's fingerprint, then one line per unit.
+
+    A line is {"unit": KEY, "record": {...}}, written, flushed and fsynced before the next unit
+    starts, so a crash (even SIGKILL) loses at most the unit in flight. Resuming checks the
+    fingerprint and names every setting that differs.
+    """
+
+    def __init__(self, path: str | Path, fingerprint: dict[str, Any], resume: bool):
+        self.path = Path(path)
+        fingerprint = json.loads(json.dumps(fingerprint))  # as it reads back from disk
+        if self.path.exists() and not resume:
+            raise fail(f"an interrupted run left {self.path}", "pass --resume to continue it, or delete that file")
+        self.records: dict[str, dict[str, Any]] = self._read(fingerprint) if self.path.exists() else {}
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:  # rewritten without a line a crash may have cut
+            f.write(json.dumps({"fingerprint": fingerprint}) + "\n")
+            f.writelines(json.dumps({"unit": json.loads(k), "record": r}) + "\n" for k, r in self.records.items())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def _read(self, fingerprint: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        corrupt = (f"{self.path} is not a megaeval resume journal", "delete it to start over")
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+            header = json.loads(lines[0]) if lines else None
+        except (ValueError, UnicodeDecodeError):
+            raise fail(*corrupt) from None
+        if not isinstance(header, dict) or "fingerprint" not in header:
+            raise fail(*corrupt)
+        if header["fingerprint"] != fingerprint:
+            raise fail(
+                f"cannot resume {self.path}: the run differs from the interrupted one "
+                f"({differences(header['fingerprint'], fingerprint)})",
+                "rerun with the original settings, or delete that file to start over",
+            )
+        records: dict[str, dict[str, Any]] = {}
+        for number, line in enumerate(lines[1:], 2):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                if number == len(lines):
+                    break  # the line a crash cut: that unit runs again
+                raise fail(f"{self.path} line {number} is not valid JSON", "delete the file to start over") from None
+            if not (isinstance(entry, dict) and "unit" in entry and isinstance(entry.get("record"), dict)):
+                raise fail(f"{self.path} line {number} is not a unit record", "delete the file to start over")
+            records[_unit_key(entry["unit"])] = entry["record"]
+        return records
+
+    def __contains__(self, unit: Any) -> bool:
+        return _unit_key(unit) in self.records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def get(self, unit: Any) -> dict[str, Any]:
+        """The record of a finished unit."""
+        return self.records[_unit_key(unit)]
+
+    def add(self, unit: Any, record: dict[str, Any]) -> None:
+        """Record one finished unit durably."""
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"unit": unit, "record": record}, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.records[_unit_key(unit)] = record
+
+    def finish(self) -> None:
+        """The run is complete: its report holds everything; the journal goes."""
+        self.path.unlink(missing_ok=True)

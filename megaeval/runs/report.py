@@ -1,0 +1,128 @@
+"""JSON reports: the schema (docs/reports.md), building one with every setting and the environment, reading one."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import fail
+
+SCHEMA_VERSION = 1
+
+
+def git_revision() -> str | None:
+    """The megaeval source checkout's commit (with '+dirty' when modified), if it is a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        )  # fmt: skip
+        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: torch.device | str, dtype: torch.dtype | str) -> dict[str, Any]:
+    """Versions, device and date of a run."""
+    from .. import __version__
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:  # triton is optional off Linux, and may fail to import without a GPU driver
+        triton_version = None
+    device = torch.device(device)
+    return {
+        "megaeval": __version__,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "dtype": str(dtype).removeprefix("torch."),
+        "git_revision": git_revision(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def build_report(
+    command: str, settings: dict[str, Any], model: dict[str, Any], data: dict[str, Any], results: dict[str, Any],
+    env: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """The report: schema_version, command, settings, model, data, environment, results."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": command,
+        "settings": settings,
+        "model": model,
+        "data": data,
+        "environment": env,
+        "results": results,
+    }
+
+
+def model_facts(lm: Any) -> dict[str, Any]:
+    """The report's `model` section: the spec, the effective options (defaults included), what the model
+    says of itself, and the checksum of its weights."""
+    return {"spec": lm.spec, "options": lm.options(), **lm.describe(), "weights_sha256": lm.weights_sha256()}
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """Read a report, checking that it is one this version understands and that its results are well formed."""
+    path = Path(path)
+    if path.is_dir():
+        raise fail(f"{path} is a folder, not a report", "pass the report.json files written by --out")
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise fail(f"report not found: {path}", "pass the report.json files written by --out") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise fail(f"{path} is not valid JSON ({e})", "pass the report.json files written by --out") from None
+    except OSError as e:
+        raise fail(f"cannot read {path}: {e.strerror or e}", "check its permissions") from None
+    if not isinstance(report, dict) or "schema_version" not in report or "results" not in report:
+        raise fail(f"{path} is not a megaeval report", "pass files written by megaeval --out")
+    if report["schema_version"] != SCHEMA_VERSION:
+        raise fail(f"{path} has schema_version {report['schema_version']}; this megaeval reads {SCHEMA_VERSION}",
+                   "re-run the evaluation with this megaeval version")  # fmt: skip
+    _check_results(report, path)
+    return report
+
+
+def _check_results(report: dict[str, Any], path: Path) -> None:
+    broken = f"{path} is not a complete megaeval report"
+    fix = "pass an unedited report written by megaeval --out"
+    results = report["results"]
+    if not isinstance(results, dict):
+        raise fail(f"{broken}: results is a {type(results).__name__}, not an object", fix)
+    if report.get("command") != "ppl-sweep":
+        return
+    rows = results.get("lengths")
+    if not isinstance(rows, list) or not rows:
+        raise fail(f"{broken}: results.lengths is missing or empty", fix)
+    for i, row in enumerate(rows):
+        length = row.get("context_length") if isinstance(row, dict) else None
+        if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+            raise fail(f"{broken}: results.lengths[{i}].context_length is {length!r}, not a positive integer", fix)
+        for key in ("ppl", "nll_sum", "bits_per_byte", "word_ppl", "tokens_per_second", "peak_memory_bytes"):
+            value = row.get(key)
+            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+                raise fail(f"{broken}: results.lengths[{i}].{key} is {value!r:.40}, not a number", fix)
+    curves = results.get("position_curve", [])
+    if not isinstance(curves, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("buckets"), list) and isinstance(c.get("context_length"), int)
+        for c in curves
+    ):
+        raise fail(f"{broken}: results.position_curve is malformed", fix)

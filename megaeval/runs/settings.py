@@ -1,0 +1,34 @@
+"""The settings every evaluation shares; each command's settings extend them with its own flags."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(kw_only=True)
+class RunSettings:
+    """Flags of every evaluation command, defaults included; all of them are recorded in the report."""
+
+    model: str | None = None
+    model_args: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    dtype: str = "float32"
+    kernels: str | None = None
+    out: str = "reports/report.json"
+    resume: bool = False
+
+    # Where output goes and whether a run resumes never change its numbers.
+    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = ("out", "samples", "resume")
+
+    def numeric(self) -> dict[str, Any]:
+        """The settings that can change a number: what a resumed run must share with the interrupted one."""
+        return {k: v for k, v in asdict(self).items() if k not in self.OUTPUT_FLAGS}
+
+    def family_flags(self) -> dict[str, Any]:
+        """Model options given as their own flags (None: not given), merged into --model-args."""
+        return {"kernels": self.kernels}
+
+    def samples_path(self) -> str | None:
+        """The per-unit samples file, for commands that write one."""
+        return getattr(self, "samples", None)

@@ -1,0 +1,1 @@
+"""Model-side building blocks: prefill and greedy decoding, log-likelihoods, windows, the sweep plan."""

@@ -1,0 +1,165 @@
+"""Scoring academic documents as lm-evaluation-harness does: request encoding, log-likelihoods, greedy answers.
+
+Multiple-choice requests are encoded as the harness encodes them (lm_eval/api/model.py `_encode_pair`):
+trailing spaces of the context move to the continuation, context tokens = encode(context), continuation
+tokens = encode(context + continuation)[len(context tokens):]. The model reads [BOS] + context tokens once
+and every choice continues from a clone of that state; a choice scores the sum of its tokens'
+log-probabilities. WinoGrande scores the shared continuation after each option's own context. NQ and
+TriviaQA decode greedily until "\\n", "." or "," and score exact match against every reference. Models
+with a fixed context lose context tokens from the left, as the harness truncates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import fail
+from ..metrics.academic import choice_predictions, exact_match
+from ..models import StreamingLM
+from ..scoring.generate import greedy_generate, prefill
+from ..scoring.loglik import Prefix, continuation_logprobs, forward_tokens, read_prefix, starts_with
+from .academic_docs import Doc
+from .academic_prepare import PreparedTask
+
+
+@dataclass
+class Scored:
+    """The continuations of one context, scored: log-likelihoods, greedy flags and what was read."""
+
+    loglikelihoods: list[float] = field(default_factory=list)
+    is_greedy: list[bool] = field(default_factory=list)
+    forward_tokens: int = 0  # tokens the model read, reusing the context's state
+    from_scratch: int = 0  # tokens scoring each (context, continuation) pair from scratch would read
+    truncated: int = 0  # context tokens a fixed-context model dropped (most for one continuation)
+
+    def extend(self, other: Scored) -> None:
+        """Add another context's continuations (WinoGrande: one context per option)."""
+        self.loglikelihoods += other.loglikelihoods
+        self.is_greedy += other.is_greedy
+        self.forward_tokens += other.forward_tokens
+        self.from_scratch += other.from_scratch
+        self.truncated = max(self.truncated, other.truncated)
+
+
+def encode_pair(lm: StreamingLM, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """Context and continuation tokens as the harness splits them (trailing context spaces move right)."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    whole = lm.tokenizer.encode(context + continuation)
+    context_ids = lm.tokenizer.encode(context)
+    return context_ids, whole[len(context_ids) :]
+
+
+def bos_prefix(lm: StreamingLM, bos: bool) -> list[int]:
+    """[BOS] when asked (the tokenizer must have one), else []."""
+    if not bos:
+        return []
+    if lm.tokenizer.bos_id is None or lm.tokenizer.bos_id < 0:
+        raise fail("the model's tokenizer has no BOS token", "pass bos=False (--no-bos)")
+    return [lm.tokenizer.bos_id]
+
+
+class FewshotCache:
+    """BOS + the current few-shot block, read once for every document that starts with it
+    (all of an MMLU subject's questions share their 5 exemplars)."""
+
+    def __init__(self) -> None:
+        self.key: tuple[tuple[int, ...], str] | None = None
+        self.prefix: Prefix | None = None
+
+    def get(self, lm: StreamingLM, bos: list[int], text: str) -> tuple[Prefix | None, int]:
+        """The prefix for `text` and the tokens read to build it now (0 when cached)."""
+        if not text:
+            return None, 0
+        if self.key != (tuple(bos), text):
+            self.key, self.prefix = (tuple(bos), text), read_prefix(lm, bos + lm.tokenizer.encode(text))
+            return self.prefix, len(self.prefix.ids)
+        return self.prefix, 0
+
+
+def score_requests(
+    lm: StreamingLM, context: list[int], continuations: list[list[int]], fewshot: Prefix | None = None
+) -> Scored:
+    """Score continuations of one context; the context is read once, a few-shot prefix it starts with not again.
+
+    A fixed-context model keeps, as the harness does, the last max_context + 1 tokens of each context +
+    continuation, scoring that choice on its own.
+    """
+    if not context:
+        raise fail("an empty context with bos=False cannot be scored", "keep BOS on")
+    scores: list[tuple[float, bool]] = [(0.0, True)] * len(continuations)  # an empty continuation scores 0
+    todo = [k for k, c in enumerate(continuations) if c]
+    conts = [continuations[k] for k in todo]
+    limit = lm.max_context
+    if limit is None or len(context) + max((len(c) for c in conts), default=1) - 1 <= limit:
+        for k, s in zip(todo, continuation_logprobs(lm, context, conts, fewshot) if conts else [], strict=True):
+            scores[k] = (s.logprob, s.is_greedy)
+        reused, scratch = forward_tokens(context, conts) if conts else (0, 0)
+        if conts and starts_with(context, fewshot):
+            reused -= len(fewshot.ids)
+        return Scored([s[0] for s in scores], [s[1] for s in scores], reused, scratch, 0)
+    reused = dropped = 0
+    for k, cont in zip(todo, conts, strict=True):
+        drop = max(0, len(context) + len(cont) - 1 - limit)
+        if drop >= len(context):
+            raise fail(f"a continuation of {len(cont)} tokens does not fit max_context {limit}")
+        (s,) = continuation_logprobs(lm, context[drop:], [cont])
+        scores[k] = (s.logprob, s.is_greedy)
+        reused += len(context) - drop + len(cont) - 1
+        dropped = max(dropped, drop)
+    return Scored([s[0] for s in scores], [s[1] for s in scores], reused, reused, dropped)
+
+
+def evaluate_choices(
+    lm: StreamingLM, prepared: PreparedTask, doc: Doc, bos: bool, cache: FewshotCache | None = None
+) -> dict[str, Any]:
+    """Score a multiple-choice (or multiple-input) document; its samples record."""
+    prefix = bos_prefix(lm, bos)
+    fewshot, prefix_read = (cache or FewshotCache()).get(lm, prefix, doc.fewshot)
+    scored = Scored(forward_tokens=prefix_read)
+    if prepared.spec["output"] == "multiple_input":
+        context_tokens: int | list[int] = []
+        for context in doc.contexts:
+            ctx, cont = encode_pair(lm, context, doc.continuations[0])
+            scored.extend(score_requests(lm, prefix + ctx, [cont], fewshot))
+            context_tokens.append(len(prefix + ctx))
+    else:
+        pairs = [encode_pair(lm, doc.contexts[0], c) for c in doc.continuations]
+        context = prefix + pairs[0][0]
+        scored.extend(score_requests(lm, context, [cont for _, cont in pairs], fewshot))
+        context_tokens = len(context)
+    pred, pred_norm = choice_predictions(scored.loglikelihoods, doc.choices)
+    metrics = prepared.chosen["metrics"]
+    return {
+        "target": doc.gold, "loglikelihoods": scored.loglikelihoods, "is_greedy": scored.is_greedy,
+        "prediction": pred, "acc": float(pred == doc.gold),
+        "acc_norm": float(pred_norm == doc.gold) if "acc_norm" in metrics else None,
+        "context_tokens": context_tokens, "forward_tokens": scored.forward_tokens,
+        "forward_tokens_from_scratch": scored.from_scratch, "truncated_tokens": scored.truncated,
+    }  # fmt: skip
+
+
+def evaluate_generation(lm: StreamingLM, prepared: PreparedTask, doc: Doc, bos: bool) -> dict[str, Any]:
+    """Greedy answer of a generation document and its exact match; its samples record."""
+    chosen = prepared.chosen
+    ids = bos_prefix(lm, bos) + lm.tokenizer.encode(doc.contexts[0])
+    dropped = 0
+    if lm.max_context is not None:  # the harness keeps the last max_length - max_gen_toks context tokens
+        budget = lm.max_context - chosen["max_new_tokens"]
+        if budget < 1:
+            raise fail(f"max_context {lm.max_context} leaves no room for the prompt and {chosen['max_new_tokens']} "
+                       "new tokens")  # fmt: skip
+        dropped = max(0, len(ids) - budget)
+        ids = ids[dropped:]
+    logits, state = prefill(lm, ids, lm.init_state(1))
+    gen = greedy_generate(lm, logits, state, chosen["max_new_tokens"], chosen["stop"])
+    prediction = gen.text.strip()  # the remove_whitespace filter
+    fed = len(ids) + len(gen.tokens) - (gen.stop_reason != "eos" and len(gen.tokens) > 0)
+    return {
+        "prediction": prediction, "references": doc.references,
+        "exact_match": exact_match(prediction, doc.references, **chosen["exact_match"]),
+        "stop_reason": gen.stop_reason, "prompt_tokens": len(ids), "generated_tokens": len(gen.tokens),
+        "forward_tokens": fed, "forward_tokens_from_scratch": fed, "truncated_tokens": dropped,
+    }  # fmt: skip

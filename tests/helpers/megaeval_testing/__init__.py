@@ -1,0 +1,88 @@
+"""Helpers shared by the tests (not fixtures: those are in tests/conftest.py).
+
+This folder's parent, tests/helpers, is the one path pytest adds to sys.path (`pythonpath` in
+pyproject.toml), so test modules import these as `from megaeval_testing import ...`; the repository
+root is never on sys.path, and kernels/, suites/ and data_prep/ import only as megaeval.*.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from megaeval.models.megalodon import Megalodon, ModelArgs
+
+REPO = Path(__file__).resolve().parents[3]
+AUSTEN = REPO / "data_prep" / "corpora" / "austen"
+VOCAB = 512
+
+
+def small_args(**overrides) -> ModelArgs:
+    """A small MEGALODON with every feature on: 2 heads, SwiGLU, groups, chunk 8."""
+    base = dict(
+        num_layers=2,
+        model_dim=16,
+        z_dim=8,
+        value_dim=24,
+        num_heads=2,
+        ffn_hidden_dim=32,
+        cema_ndim=4,
+        chunk_size=8,
+        vocab_size=VOCAB,
+        norm_num_groups=4,
+        swiglu=True,
+    )
+    return ModelArgs(**{**base, **overrides})
+
+
+def random_model(args: ModelArgs | None = None, seed: int = 0, dtype: torch.dtype = torch.float64) -> Megalodon:
+    """Official-style init, then every norm weight, bias and q/k offset perturbed so each is exercised."""
+    model = Megalodon(args or small_args()).init_weights(seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "norm.bias", ".bias", "mega.gamma", "mega.beta", "nffn.alpha")):
+                p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+class FakeTokenizer:
+    """Just enough of a tokenizer for a MegalodonLM that is given token ids."""
+
+    vocab_size, bos_id, eos_id = VOCAB, 1, 2
+
+    def describe(self):
+        return {"kind": "fake"}
+
+
+def write_stream(
+    out_dir: Path, texts: list[str], tokenizer_path: Path | None, bos: bool = True, eos: bool = True, tokenizer=None
+) -> Path:
+    """A books stream in prep-books' format, written directly: books in the given order, no shuffle."""
+    from megaeval.tokenizers import SentencePieceTokenizer
+
+    tok = tokenizer or SentencePieceTokenizer(tokenizer_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ids, books = [], []
+    for i, text in enumerate(texts):
+        encoded = tok.encode(text)
+        books.append({
+            "id": f"book{i}", "source": 0, "sha256": hashlib.sha256(text.encode()).hexdigest(), "file_sha256": None,
+            "offset": len(ids), "tokens": len(encoded), "bytes": len(text.encode()), "words": len(text.split()),
+        })  # fmt: skip
+        ids += [tok.bos_id] * bos + encoded + [tok.eos_id] * eos
+    data = np.asarray(ids, dtype=np.uint16).tobytes()
+    (out_dir / "tokens.bin").write_bytes(data)
+    manifest = {
+        "schema_version": 1, "kind": "megaeval-books-stream", "megaeval_version": "test", "created": "now",
+        "tokens_file": "tokens.bin", "dtype": "uint16", "total_tokens": len(ids),
+        "tokens_sha256": hashlib.sha256(data).hexdigest(), "seed": 0, "min_tokens": 0, "text_field": "text",
+        "bos": bos, "eos": eos, "tokenizer": tok.describe(), "sources": [], "books": books, "dropped": [],
+        "empty": [], "total_bytes": sum(b["bytes"] for b in books), "total_words": sum(b["words"] for b in books),
+    }  # fmt: skip
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return out_dir

@@ -1,0 +1,98 @@
+"""Chunk-local attention with RoPE: the plain-PyTorch reference against a full masked softmax, and the Triton
+kernel against the reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from megaeval.kernels.attention import apply_rope, chunked_attention, chunked_attention_triton
+from megaeval.kernels.common import available
+from megaeval_testing.naive_megalodon import naive_chunk_attention, naive_rope
+from megaeval_testing.streaming import SPLITS, calls
+
+
+def stream_attention(fn, q, k, v, sizes, chunk):
+    B, _, H, dz = q.shape
+    kc, vc = q.new_zeros(B, 0, H, dz), v.new_zeros(B, 0, H, v.shape[-1])
+    outs = []
+    for part in calls(q.shape[1], sizes):
+        out, kc, vc = fn(q[:, part], k[:, part], v[:, part], kc, vc, chunk, 10000.0)
+        assert kc.shape[1] == vc.shape[1] == part.stop % chunk  # only the partial chunk is kept
+        outs.append(out)
+    return torch.cat(outs, 1), kc, vc
+
+
+# ----------------------------------------------------------------------------------- reference
+
+
+def test_rope_rotates_adjacent_pairs():
+    x = torch.randn(2, 7, 3, 8, dtype=torch.float64)
+    pos = torch.tensor([0, 1, 2, 3, 0, 1, 2])
+    torch.testing.assert_close(apply_rope(x, pos, 10000.0), naive_rope(x, pos, 10000.0))
+    # position 0 is the identity; the norm of each pair is preserved
+    torch.testing.assert_close(apply_rope(x, torch.zeros(7, dtype=torch.long), 500.0), x)
+    pairs = apply_rope(x, pos, 500.0).view(2, 7, 3, 4, 2).norm(dim=-1)
+    torch.testing.assert_close(pairs, x.view(2, 7, 3, 4, 2).norm(dim=-1))
+
+
+@pytest.mark.parametrize("sizes", [*SPLITS, [1] * 37, [3, 29, 5]])
+@pytest.mark.parametrize("chunk", [4, 8, 64])
+def test_reference_matches_masked_softmax(sizes, chunk):
+    torch.manual_seed(5)
+    B, T, H = 2, 37, 2
+    q, k = torch.randn(B, T, H, 6, dtype=torch.float64), torch.randn(B, T, H, 6, dtype=torch.float64)
+    v = torch.randn(B, T, H, 5, dtype=torch.float64)
+    expected = naive_chunk_attention(q, k, v, chunk, 10000.0)
+    got, _, _ = stream_attention(chunked_attention, q, k, v, sizes, chunk)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_reference_scale_is_one():
+    """Two keys with scores 0 and s: weight of the second is sigmoid(s), not sigmoid(s / sqrt(d))."""
+    q = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
+    q[0, 1, 0, 0] = 1.0
+    k = torch.zeros(1, 2, 1, 4, dtype=torch.float64)
+    k[0, 1, 0, 0] = 3.0
+    v = torch.tensor([0.0, 1.0], dtype=torch.float64).view(1, 2, 1, 1)
+    # positions 0 and 1: the rotation of query 1 and key 1 is the same, so their dot product stays 3
+    out, _, _ = chunked_attention(q, k, v, q[:, :0], v[:, :0], 8, 10000.0)
+    assert math.isclose(float(out[0, 1, 0, 0]), 1 / (1 + math.exp(-3.0)), rel_tol=1e-12)
+
+
+# -------------------------------------------------------------------------------------- Triton
+
+triton_only = pytest.mark.skipif(not available(), reason="Triton is not installed")
+
+
+@triton_only
+@pytest.mark.parametrize("sizes", SPLITS)
+@pytest.mark.parametrize("chunk", [4, 8, 64])
+def test_kernel_matches_reference_across_calls(sizes, chunk):
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 37, 2, 6, generator=g), torch.randn(2, 37, 2, 6, generator=g)
+    v = torch.randn(2, 37, 2, 5, generator=g)
+    expected, kc_ref, vc_ref = stream_attention(chunked_attention, q, k, v, sizes, chunk)
+    got, kc, vc = stream_attention(chunked_attention_triton, q, k, v, sizes, chunk)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-6)
+    torch.testing.assert_close(kc, kc_ref, rtol=0, atol=0)
+    torch.testing.assert_close(vc, vc_ref, rtol=0, atol=0)
+
+
+@triton_only
+def test_kernel_scale_is_one_and_bfloat16_inputs_work():
+    q = torch.zeros(1, 2, 1, 4)
+    q[0, 1, 0, 0] = 1.0
+    k = torch.zeros(1, 2, 1, 4)
+    k[0, 1, 0, 0] = 3.0
+    v = torch.tensor([0.0, 1.0]).view(1, 2, 1, 1)
+    out, _, _ = chunked_attention_triton(q, k, v, q[:, :0], v[:, :0], 8, 10000.0)
+    assert math.isclose(float(out[0, 1, 0, 0]), 1 / (1 + math.exp(-3.0)), rel_tol=1e-6)
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 21, 2, 8, generator=g).bfloat16() for _ in range(3))
+    expected, _, _ = stream_attention(chunked_attention, q, k, v, [21], 8)
+    got, _, _ = stream_attention(chunked_attention_triton, q, k, v, [13, 8], 8)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=3e-2)
