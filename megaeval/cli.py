@@ -42,6 +42,11 @@ KernelsOpt = Annotated[
 ]
 
 
+DistTimeoutOpt = Annotated[
+    float, typer.Option(help="Under torchrun: seconds a rank waits for the others before the whole run stops.")
+]
+
+
 def user_errors(fn):
     """Turn MegaevalError into one line on stderr and exit code 2; Ctrl-C into exit code 130."""
 
@@ -144,6 +149,10 @@ def ppl_sweep(
     schedule: Annotated[
         str, typer.Option(help="shared (shared-prefix reuse) or naive (every segment run).")
     ] = "shared",
+    chunk_parallel: Annotated[
+        int, typer.Option(help="Under torchrun: ranks that share each segment, each reading a slice (MEGALODON).")
+    ] = 1,
+    dist_timeout: DistTimeoutOpt = 1800.0,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/ppl_sweep.json",
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
@@ -155,11 +164,13 @@ def ppl_sweep(
     settings = SweepSettings(
         stream=stream, model=model, model_args=parse_model_args(model_args), lengths=lengths, tokens=tokens,
         batch_size=batch_size, device=device, dtype=dtype, norm_stats=norm_stats, kernels=kernels,
-        window_policy=window_policy, schedule=schedule, out=out, resume=resume,
+        window_policy=window_policy, schedule=schedule, chunk_parallel=chunk_parallel, out=out, resume=resume,
+        dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_ppl_sweep(settings, progress=progress)
-    print(sweep_summary(report), end="")
-    print(f"report: {out}")
+    if report is not None:  # rank 0 (or the only process)
+        print(sweep_summary(report), end="")
+        print(f"report: {out}")
 
 
 @app.command("scrolls")
@@ -198,6 +209,7 @@ def scrolls(
     allow_partial: Annotated[
         bool, typer.Option(help="With --predictions: score only the examples predicted (coverage is shown).")
     ] = False,
+    dist_timeout: DistTimeoutOpt = 1800.0,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/scrolls.json",
     samples: Annotated[str | None, typer.Option(help="Per-example JSONL: prompt size, prediction, scores.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
@@ -213,11 +225,12 @@ def scrolls(
         limit=limit, shots=shots, seed=seed, template=template, max_new_tokens=max_new_tokens,
         stop=None if stop is None else [_unescape(s) for s in stop], truncation=truncation,
         bos=bos, device=device, dtype=dtype, kernels=kernels, predictions=predictions, allow_partial=allow_partial,
-        out=out, samples=samples, resume=resume,
+        out=out, samples=samples, resume=resume, dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_scrolls(settings, progress=progress)
-    print(task_summary(report), end="")
-    print(f"report: {out}")
+    if report is not None:  # rank 0 (or the only process)
+        print(task_summary(report), end="")
+        print(f"report: {out}")
 
 
 @app.command("academic")
@@ -254,6 +267,7 @@ def academic(
     ] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    dist_timeout: DistTimeoutOpt = 1800.0,
 ) -> None:
     """The short-context suite of Table 1 (MMLU, BoolQ, HellaSwag, ...), as lm-evaluation-harness defines it."""
     from .commands.academic import AcademicSettings, run_academic
@@ -263,15 +277,14 @@ def academic(
     settings = AcademicSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, shots=shots, limit=limit,
         data_dir=data_dir, seed=seed, bos=bos, device=device, dtype=dtype, kernels=kernels, out=out,
-        samples=samples, resume=resume,
+        samples=samples, resume=resume, dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_academic(settings, progress=progress)
+    if report is None:  # a rank other than 0: rank 0 reports
+        return
     print(task_summary(report), end="")
-    average = report["results"].get("average")
-    if isinstance(average, dict):
-        average = average.get("value")
-    if average is not None:
-        print(f"average over tasks: {average:.4f}")
+    if report["results"].get("average") is not None:
+        print(f"average over tasks: {report['results']['average']:.4f}")
     print(f"report: {out}")
 
 

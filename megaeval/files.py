@@ -34,6 +34,7 @@ def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
 
 def _write_atomic(path: str | Path, write: Any) -> None:
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -54,17 +55,21 @@ def _umask() -> int:
 
 
 def check_writable(path: str | Path, flag: str = "--out") -> Path:
-    """Fail now, before any work, if a file cannot be written at `path`."""
+    """Fail now, before any work, if a file cannot be written at `path` (creating no folder on the way)."""
     path = Path(path)
     if path.is_dir():
-        raise fail(f"{flag} {path} is a directory", "give a file name such as report.json")
+        raise fail(f"{flag} {path} is a directory, not a file", f"give {flag} a file name inside it")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise fail(f"cannot write {flag} {path}: {ancestor} is a file, not a folder", f"choose another {flag} path")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".megaeval.", suffix=".probe", dir=ancestor)
         os.close(fd)
         os.unlink(tmp)
     except OSError as e:
-        raise fail(f"cannot write {flag} {path}: {e.strerror or e}", "choose a writable location") from None
+        raise fail(f"cannot write {flag} {path}: {e.strerror or e} in {ancestor}", "choose a writable place") from None
     return path
 
 

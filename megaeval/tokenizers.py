@@ -26,7 +26,11 @@ class SentencePieceTokenizer:
         try:
             self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
         except Exception as e:  # sentencepiece raises bare RuntimeError/OSError on bad files
-            raise fail(f"cannot read sentencepiece model {self.path}: {e}".splitlines()[0]) from None
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0].replace(str(self.path), "the file")
+            raise fail(
+                f"cannot read sentencepiece model {self.path} ({reason})",
+                "pass a sentencepiece .model file (the tokenizer the model was trained with)",
+            ) from None
         self.sp_vocab_size = self.sp.get_piece_size()
         self.additional_vocab_size = int(additional_vocab_size)
         self.vocab_size = self.sp_vocab_size + self.additional_vocab_size

@@ -222,3 +222,18 @@ def test_smollm2_gguf_matches_transformers():
         loss = ref(input_ids=ids[None], labels=ids[None]).loss
     assert float(nll.mean()) == pytest.approx(float(loss), rel=1e-4)
     assert float(nll.mean()) < 4.0  # a real model: Austen is far from random (ln 49152 = 10.8)
+
+
+def test_missing_weights_are_refused_not_initialised_at_random(llama_dir, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in llama_dir.iterdir():
+        if f.is_file():
+            (broken / f.name).write_bytes(f.read_bytes())
+    weights = load_file(broken / "model.safetensors")
+    del weights["model.layers.1.mlp.down_proj.weight"]
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(MegaevalError, match=r"the weights lack model\.layers\.1\.mlp\.down_proj\.weight"):
+        load_model(f"hf:{broken}")

@@ -367,3 +367,55 @@ def test_failed_run_leaves_the_old_stream_and_no_temporary_files(tmp_path, texts
     with pytest.raises(error):
         prep([tmp_path / "books"], tmp_path / "out", force=True, seed=2)
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """Processes of process group `pgid` still running (zombies, finished but not reaped, do not count)."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+                alive.append(int(entry))
+    return alive
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to watch the process group")
+def test_sigkill_of_the_parent_leaves_workers_quiet(tmp_path):
+    """Workers of a killed prep-books die without printing BrokenPipeError tracebacks."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    text = (AUSTEN / "emma.txt").read_text(encoding="utf-8")
+    write_folder(tmp_path / "books", {f"{i:03d}.txt": text[i * 5000 : i * 5000 + 20_000] for i in range(150)})
+    out, err = tmp_path / "out", tmp_path / "stderr.txt"
+    argv = [sys.executable, "-m", "megaeval", "prep-books", str(tmp_path / "books"), "--tokenizer", str(TOKENIZER),
+            "--out", str(out), "--workers", "2", "--no-progress"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=stderr, start_new_session=True)  # fmt: skip
+    try:
+        scratch, deadline = out / "tokens.unshuffled.tmp", time.monotonic() + 60
+        while not (scratch.is_file() and scratch.stat().st_size > 0) and proc.poll() is None:
+            assert time.monotonic() < deadline, "tokenizing never began"
+            time.sleep(0.005)
+        assert proc.poll() is None, "prep-books finished before it could be killed: give it more text"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _group_alive(proc.pid), "workers outlived their killed parent by 10 s"
+    finally:
+        for pid in _group_alive(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)  # the last writes of dying workers
+    printed = err.read_text(errors="replace")
+    assert "Traceback" not in printed and "BrokenPipe" not in printed, printed

@@ -139,7 +139,9 @@ def test_end_to_end_on_local_files_with_resume(make_checkpoint, tmp_path):
     assert (
         whole["results"]["qmsum"]["metric"] == "geometric_rouge" and len(whole["results"]["qmsum"]["exemplar_ids"]) == 1
     )
-    expected = scrolls_scores("geometric_rouge", [s["prediction"] for s in samples[3:]], [s["references"] for s in samples[3:]])
+    expected = scrolls_scores(
+        "geometric_rouge", [s["prediction"] for s in samples[3:]], [s["references"] for s in samples[3:]]
+    )
     assert whole["results"]["qmsum"]["rougeL"] == expected["rougeL"]
     assert whole["settings"]["per_task"]["qasper"]["template"] == "{CONTEXT} Q: {QUESTION} A:"
 
@@ -152,7 +154,9 @@ def test_end_to_end_on_local_files_with_resume(make_checkpoint, tmp_path):
         run_scrolls(cut, progress=False, on_unit=stop_after_four)
     with pytest.raises(MegaevalError, match="pass --resume"):
         run_scrolls(cut, progress=False)
-    with pytest.raises(MegaevalError, match=r"differs from the interrupted one \(settings.max_new_tokens: 6 then, 7 now\)"):
+    with pytest.raises(
+        MegaevalError, match=r"differs from the interrupted one \(settings.max_new_tokens: 6 then, 7 now\)"
+    ):
         run_scrolls(ScrollsSettings(**{**base, "max_new_tokens": 7}, out=cut.out, resume=True), progress=False)
     resumed = run_scrolls(ScrollsSettings(**base, out=cut.out, resume=True), progress=False)
     for task in ("qasper", "qmsum"):

@@ -214,7 +214,7 @@ def test_unwritable_out_fails_before_any_work(setup64, tmp_path):
     blocker.write_text("x")
     with pytest.raises(MegaevalError, match="cannot write --out"):
         sweep(stream, ckpt, tmp_path, name="file/report.json", lengths="8")
-    with pytest.raises(MegaevalError, match="is a directory"):
+    with pytest.raises(MegaevalError, match="is a directory, not a file"):
         run_ppl_sweep(SweepSettings(stream=str(stream), model=str(ckpt), out=str(tmp_path)), progress=False)
 
 

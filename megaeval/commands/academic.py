@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import fail
-from ..runs import RunSettings, open_run
+from ..runs import Run, RunSettings, open_run
 from ..tasks.academic_prepare import prepare_task
 from ..tasks.academic_requests import FewshotCache, bos_prefix, evaluate_choices, evaluate_generation
 from ..tasks.academic_results import academic_results
@@ -46,7 +46,7 @@ class AcademicSettings(RunSettings):
     samples: str | None = None
 
 
-def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None) -> dict[str, Any]:
+def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
     """Evaluate the academic tasks; write and return the report (and the samples file when asked)."""
     if settings.limit is not None and settings.limit < 1:
         raise fail("--limit must be at least 1")
@@ -60,8 +60,12 @@ def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None
         bos_prefix(lm, settings.bos)  # a tokenizer without BOS fails now, not at the first document
         return {}
 
-    run = open_run("academic", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
-                   check=check, progress=progress, on_unit=on_unit)  # fmt: skip
+    with open_run("academic", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
+                  check=check, progress=progress, on_unit=on_unit) as run:  # fmt: skip
+        return _evaluate(run, settings, prepared, data)
+
+
+def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) -> dict[str, Any] | None:
     cache = FewshotCache()
 
     def compute(unit: tuple[str, int]) -> dict[str, Any]:
@@ -74,13 +78,16 @@ def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None
         if p.spec["output"] == "generate_until":
             record.update(evaluate_generation(run.lm, p, doc, settings.bos))
         else:
-            record.update(evaluate_choices(run.lm, p, doc, settings.bos, cache))
+            first = k == 0 or p.docs[k - 1].fewshot != doc.fewshot  # one process reads the block here
+            record.update(evaluate_choices(run.lm, p, doc, settings.bos, cache, charge_fewshot=first))
         record["exemplar_ids"] = p.exemplar_ids[k]
         return record
 
     units = [(task, k) for task, p in prepared.items() for k in range(len(p.docs))]
     records = run.map(units, key=lambda u: [u[0], prepared[u[0]].docs[u[1]].doc_id], compute=compute,
-                      unit_name="documents", describe=lambda u: u[0])  # fmt: skip
+                      unit_name="documents", describe=lambda u: u[0], contiguous=True)  # fmt: skip
+    if records is None:
+        return None  # not rank 0
     results = academic_results(prepared, records)
     recorded = {**asdict(settings), "per_task": {t: p.chosen for t, p in prepared.items()}}
     return run.finish(recorded, data, results, samples=records)

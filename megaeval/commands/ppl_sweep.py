@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..distributed import DistContext
 from ..errors import fail
 from ..files import human_bytes
 from ..models import StreamingLM, parse_spec
-from ..runs import RunSettings, open_run
+from ..models.megalodon.chunk_parallel import score_chunk_parallel
+from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.run import check_run_outputs
 from ..scoring.sweep_plan import (  # fmt: skip
@@ -42,14 +44,20 @@ class SweepSettings(RunSettings):
     norm_stats: str | None = None
     window_policy: str = "error"
     schedule: str = "shared"
+    chunk_parallel: int = 1
     out: str = "reports/ppl_sweep.json"
 
     def family_flags(self) -> dict[str, Any]:
         return {"kernels": self.kernels, "norm_stats": self.norm_stats}
 
 
-def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) -> dict[str, Any]:
-    """Run (or resume) a sweep and write its report to `settings.out`; return the report."""
+def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
+    """Run (or resume) a sweep and write its report to `settings.out`; return the report (None on ranks > 0).
+
+    Under torchrun every rank runs this; batches are dealt out by index and folded on rank 0 in batch
+    order, so the report equals one process's. With chunk_parallel P, groups of P ranks share each
+    batch, every rank reading a contiguous chunk-aligned slice of it (MEGALODON only).
+    """
     check_run_outputs(settings, [settings.stream, parse_spec(settings.model)[1]])  # before any work
     lengths = parse_lengths(settings.lengths)
     requested = None if settings.tokens is None else parse_count(settings.tokens, "--tokens")
@@ -66,8 +74,12 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
         return {}
 
     fingerprint = {"manifest_sha256": stream.manifest_sha256, "tokens_sha256": stream.tokens_sha256, "tokens": n_tokens}
-    run = open_run("ppl-sweep", settings, reads=[settings.stream], fingerprint=fingerprint, check=check,
-                   progress=progress, on_unit=on_unit)  # fmt: skip
+    with open_run("ppl-sweep", settings, reads=[settings.stream], fingerprint=fingerprint, check=check,
+                  progress=progress, on_unit=on_unit) as run:  # fmt: skip
+        return _sweep(run, settings, stream, lengths, n_tokens)
+
+
+def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list[int], n_tokens: int) -> Any:
     lm = run.lm
     passes = plan_passes(lengths, n_tokens, settings.schedule)
     batches = batches_of(passes, settings.batch_size)
@@ -80,7 +92,7 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
             meter.reset()
             measuring["length"] = batch[0].length
         began = time.perf_counter()
-        nll = score_batch(lm, stream, batch, settings.window_policy)
+        nll = score_batch(lm, stream, batch, settings.window_policy, run.ctx)
         seconds = time.perf_counter() - began
         served = [[[length, np.add.reduceat(row[:length], bucket_edges(length)[:-1]).tolist()] for length in p.serves]
                   for p, row in zip(batch, nll, strict=True)]  # fmt: skip
@@ -90,8 +102,11 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
     records = run.map(range(len(batches)), key=lambda i: i, compute=compute, unit_name="tokens",
                       weight=lambda i: batches[i][0].length * len(batches[i]),
                       describe=lambda i: f"length {batches[i][0].length:,}")  # fmt: skip
+    if records is None:
+        return None  # not rank 0
     span = stream.text_span(1, n_tokens + 1, lm.tokenizer)
-    results = sweep_results(lengths, n_tokens, records, passes, span, settings.schedule, meter.method)
+    results = sweep_results(lengths, n_tokens, records, passes, span, settings.schedule, meter.method,
+                            run.ctx.num_groups)  # fmt: skip
     recorded = {
         **asdict(settings),
         "lengths": lengths,
@@ -102,13 +117,18 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
     return run.finish(recorded, data, results)
 
 
-def score_batch(lm: StreamingLM, stream: BooksStream, batch: list[Pass], policy: str) -> np.ndarray:
-    """Fresh-state NLLs [len(batch), length] of the batch's passes, checked for NaN/inf."""
+def score_batch(
+    lm: StreamingLM, stream: BooksStream, batch: list[Pass], policy: str, ctx: DistContext | None = None
+) -> np.ndarray:
+    """Fresh-state NLLs [len(batch), length] of the batch's passes, checked for NaN/inf (chunk parallel when
+    `ctx` groups several ranks per sequence)."""
     length = batch[0].length
     window = np.stack([np.asarray(stream.tokens[p.start : p.start + length + 1], dtype=np.int64) for p in batch])
     window = torch.from_numpy(window).to(lm.device)
     if lm.max_context is not None and length > lm.max_context:
         nll = score_windows(lm, window[:, :-1], window[:, 1:], policy, lm.max_context)
+    elif ctx is not None and ctx.chunk_parallel > 1:
+        nll, _ = score_chunk_parallel(lm, window[:, :-1], window[:, 1:], ctx.chunk)
     else:
         nll, _ = lm.score(window[:, :-1], window[:, 1:], lm.init_state(len(batch)))
     nll = nll.double().cpu().numpy()
@@ -145,15 +165,19 @@ def first_non_finite(lm: StreamingLM, window: torch.Tensor) -> int:
 
 def sweep_results(
     lengths: list[int], n_tokens: int, records: list[dict[str, Any]], passes: list[Pass], span: TextSpan,
-    schedule: str, memory_method: str,
+    schedule: str, memory_method: str, workers: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
-    """Fold the batches' records, in batch order, into the per-length results and position curves."""
+    """Fold the batches' records, in batch order, into the per-length results and position curves.
+
+    `workers` data-parallel groups ran batches at the same time: a length's time is its batches' compute
+    time divided by them, so tokens_per_second is the whole job's rate.
+    """
     nll_sum = dict.fromkeys(lengths, 0.0)
     segments = dict.fromkeys(lengths, 0)
     curve = {length: [0.0] * (len(bucket_edges(length)) - 1) for length in lengths}
     seconds, processed, peak = dict.fromkeys(lengths, 0.0), dict.fromkeys(lengths, 0), dict.fromkeys(lengths, 0)
     for r in records:
-        seconds[r["length"]] += r["seconds"]
+        seconds[r["length"]] += r["seconds"] / workers
         processed[r["length"]] += r["length"] * r["passes"]
         peak[r["length"]] = max(peak[r["length"]], r["peak_memory"])
         for served in r["served"]:

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import fail
 from ..metrics.scrolls import example_scores, scrolls_scores
 from ..models import StreamingLM
-from ..runs import RunSettings, open_run
+from ..runs import Run, RunSettings, open_run
 from ..runs.run import check_run_outputs
 from ..scoring.generate import greedy_generate, prefill
 from ..scoring.loglik import read_prefix
@@ -84,7 +84,7 @@ def load_examples(settings: ScrollsSettings, tasks: list[str], per_task: dict, d
     return examples
 
 
-def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) -> dict[str, Any]:
+def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
     """Evaluate (or, with `predictions`, only score) the SCROLLS tasks; write and return the report."""
     if settings.truncation not in TRUNCATIONS:
         raise fail(f"unknown --truncation {settings.truncation!r}", f"use {', '.join(TRUNCATIONS)}")
@@ -106,8 +106,13 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
             pool = group_examples(rows, data[f"{task}:shots"].get("path", task))
         exemplars[task] = pick_exemplars(pool, per_task[task]["shots"], settings.seed, task)
 
-    run = open_run("scrolls", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
-                   progress=progress, on_unit=on_unit)  # fmt: skip
+    with open_run("scrolls", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
+                  progress=progress, on_unit=on_unit) as run:  # fmt: skip
+        return _generate(run, settings, tasks, per_task, examples, exemplars, data)
+
+
+def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: dict, examples: dict,
+              exemplars: dict, data: dict) -> dict[str, Any] | None:  # fmt: skip
     lm = run.lm
     prefixes: dict[str, tuple[list[int], Any, int | None]] = {}
 
@@ -130,6 +135,8 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
     units = [(task, ex) for task in tasks for ex in examples[task]]
     records = run.map(units, key=lambda u: [u[0], u[1].id], compute=compute, unit_name="examples",
                       describe=lambda u: u[0])  # fmt: skip
+    if records is None:
+        return None  # not rank 0
     results = scrolls_results(tasks, per_task, records)
     return run.finish({**asdict(settings), "per_task": per_task}, data, results, samples=records)
 

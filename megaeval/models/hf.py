@@ -372,11 +372,16 @@ def load(
         kwargs["attn_implementation"] = attn_implementation
     try:
         with _quiet(tf):  # pickled weights (.bin) are read with torch.load(weights_only=True): no code runs
-            model = tf.AutoModelForCausalLM.from_pretrained(
-                str(path), dtype=dtype, trust_remote_code=trust_remote_code, weights_only=True, **kwargs
-            )
+            model, loading = tf.AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=dtype, trust_remote_code=trust_remote_code, weights_only=True,
+                output_loading_info=True, **kwargs,
+            )  # fmt: skip
     except Exception as e:  # transformers raises ValueError, OSError, UnpicklingError, RuntimeError, ...
         raise _load_error(path, e) from None
+    missing = sorted(loading.get("missing_keys") or [])
+    if missing:  # transformers would fill them with random values; no number from such a model means anything
+        shown = ", ".join(missing[:4]) + (f" (+{len(missing) - 4} more)" if len(missing) > 4 else "")
+        raise fail(f"{path}: the weights lack {shown}", "check that the weight files belong to this config.json")
     model.to(device)
     if max_context is None:
         max_context = next((getattr(model.config, k) for k in CONTEXT_KEYS if getattr(model.config, k, None)), None)

@@ -44,6 +44,7 @@ class Journal:
         if self.path.exists() and not resume:
             raise fail(f"an interrupted run left {self.path}", "pass --resume to continue it, or delete that file")
         self.records: dict[str, dict[str, Any]] = self._read(fingerprint) if self.path.exists() else {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with open(tmp, "w", encoding="utf-8") as f:  # rewritten without a line a crash may have cut
             f.write(json.dumps({"fingerprint": fingerprint}) + "\n")

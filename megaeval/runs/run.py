@@ -1,10 +1,12 @@
 """open_run: everything an evaluation does before and after its own work, once for every command.
 
-Before: outputs checked against inputs and each other, the model loaded with its options, its facts
-recorded, the resume journal opened against the run's fingerprint. During: `Run.map` computes each
-unit not yet journaled (a sweep batch, a SCROLLS example, an academic document), journals its
-record and moves the one progress bar. After: `Run.finish` writes the samples and the report
-atomically and drops the journal. A distributed runner plugs in at `Run.map`.
+Before: the distributed context joined (one process when not launched by torchrun), outputs checked
+against inputs and each other, the model loaded with its options, its facts recorded, the resume
+journal opened against the run's fingerprint. During: `Run.map` computes each unit not yet journaled
+(a sweep batch, a SCROLLS example, an academic document). On many ranks the units are dealt out by
+index, each round's results are gathered on rank 0 in unit order and journaled there, and rank 0
+alone shows progress. After: `Run.finish` writes the samples and the report atomically (rank 0) and
+drops the journal. Use it as a context manager, so that a failure on any rank stops every rank.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..distributed import DistContext, broadcast_object, gather_round, init_distributed, rounds
+from ..errors import MegaevalError
 from ..files import check_outputs, check_writable, write_json_atomic, write_jsonl_atomic
 from ..models import StreamingLM, load_model, model_options, parse_spec
 from .journal import Journal
@@ -26,16 +30,23 @@ Unit = TypeVar("Unit")
 
 @dataclass
 class Run:
-    """An open evaluation: its settings, model, facts and journal."""
+    """An open evaluation: its settings, model, facts, journal (rank 0 only) and distributed context."""
 
     command: str
     settings: RunSettings
+    ctx: DistContext
     lm: StreamingLM
     facts: dict[str, Any]
-    journal: Journal
+    journal: Journal | None
     out: Path
     progress: bool = True
     on_unit: Callable[[int], None] | None = None  # called with the count of finished units (tests interrupt here)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.ctx.__exit__(*exc)
 
     def map(
         self,
@@ -46,27 +57,44 @@ class Run:
         unit_name: str,
         weight: Callable[[Unit], int] = lambda _: 1,
         describe: Callable[[Unit], str] = lambda _: "",
-    ) -> list[dict[str, Any]]:
-        """Compute every unit not in the journal, journaling each record; return all records in unit order."""
+        contiguous: bool = False,
+    ) -> list[dict[str, Any]] | None:
+        """Compute every unit not in the journal, journaling each record; return all records in unit order
+        (on rank 0; None on the other ranks). Ranks take units round-robin, or in `contiguous` ranges."""
+        keys = [key(u) for u in units]
+        journal = self.journal
+        todo = [i for i, k in enumerate(keys) if k not in journal] if journal is not None else None
+        todo = broadcast_object(self.ctx, todo)
         total = sum(weight(u) for u in units)
-        done = sum(weight(u) for u in units if key(u) in self.journal)
-        with ProgressBar(self.command, unit_name, total, done, self.progress) as bar:
-            for unit in units:
-                if key(unit) in self.journal:
+        done = total - sum(weight(units[i]) for i in todo)
+        with ProgressBar(self.command, unit_name, total, done, self.progress and self.ctx.is_main) as bar:
+            for index in rounds(todo, self.ctx, contiguous):
+                result = error = None
+                if index is not None:
+                    bar.describe(describe(units[index]))
+                    try:
+                        result = compute(units[index])
+                    except MegaevalError as e:  # bad input: every rank reports it (other errors stop all ranks)
+                        error = e
+                finished = gather_round(self.ctx, index, result, error)
+                if journal is None or finished is None:
                     continue
-                bar.describe(describe(unit))
-                self.journal.add(key(unit), compute(unit))
-                bar.advance(weight(unit))
+                for i, record in finished.items():
+                    journal.add(keys[i], record)
+                    bar.advance(weight(units[i]))
                 if self.on_unit is not None:
-                    self.on_unit(len(self.journal))
-        return [self.journal.get(key(u)) for u in units]
+                    self.on_unit(len(journal))
+        return None if journal is None else [journal.get(k) for k in keys]
 
     def finish(
         self, settings: dict[str, Any], data: dict[str, Any], results: dict[str, Any],
         samples: list[dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
-        """Write the samples file (when asked) and the report, atomically; drop the journal; return the report."""
-        env = environment(self.lm.device, self.lm.dtype)
+    ) -> dict[str, Any] | None:  # fmt: skip
+        """Write the samples file (when asked) and the report, atomically; drop the journal; return the report
+        (rank 0; the other ranks write nothing and get None)."""
+        if self.journal is None:
+            return None
+        env = {**environment(self.lm.device, self.lm.dtype), **self.ctx.describe()}
         report = build_report(self.command, settings, self.facts, data, results, env)
         samples_path = self.settings.samples_path()
         if samples_path and samples is not None:
@@ -103,17 +131,24 @@ def open_run(
     progress: bool = True,
     on_unit: Callable[[int], None] | None = None,
 ) -> Run:
-    """Check outputs, load the model, run `check(lm)` (its result joins the fingerprint), open the journal.
+    """Join the ranks, check outputs, load the model, run `check(lm)` (its result joins the fingerprint), open
+    the journal (rank 0).
 
     `reads`: the files and folders the run reads besides the model; `fingerprint`: what identifies the
     run's data (checksums), so that a resume with other data is refused.
     """
-    out = check_run_outputs(settings, [*reads, parse_spec(settings.model)[1]])
-    options = model_options(settings.model, settings.model_args, **settings.family_flags())
-    lm = load_model(settings.model, device=settings.device, dtype=settings.dtype, **options)
-    extra = check(lm) if check is not None else {}
-    facts = model_facts(lm)
-    identity = {"command": command, "settings": settings.numeric(), "weights_sha256": facts["weights_sha256"],
-                **(fingerprint or {}), **extra}  # fmt: skip
-    journal = Journal(journal_path(out), identity, settings.resume)
-    return Run(command, settings, lm, facts, journal, out, progress, on_unit)
+    ctx = init_distributed(settings.device, settings.chunk_parallel_ranks(), settings.dist_timeout)
+    try:
+        out = check_run_outputs(settings, [*reads, parse_spec(settings.model)[1]])
+        options = model_options(settings.model, settings.model_args, **settings.family_flags())
+        lm = load_model(settings.model, device=ctx.device, dtype=settings.dtype, **options)
+        extra = check(lm) if check is not None else {}
+        facts = model_facts(lm)
+        identity = {"command": command, "settings": settings.numeric(), "weights_sha256": facts["weights_sha256"],
+                    **(fingerprint or {}), **extra}  # fmt: skip
+        journal = Journal(journal_path(out), identity, settings.resume) if ctx.is_main else None
+        ctx.check(None)  # every rank is ready (or every rank stops with the first rank's error)
+    except BaseException as e:
+        ctx.__exit__(type(e), e, e.__traceback__)
+        raise
+    return Run(command, settings, ctx, lm, facts, journal, out, progress, on_unit)

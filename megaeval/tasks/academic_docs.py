@@ -104,16 +104,23 @@ class TaskDocs:
         process = spec.get("process")
         self._process = PROCESSORS[process] if process else (lambda doc: doc)
 
-    def process(self, row: dict[str, Any], where: str) -> dict[str, Any]:
-        """The document as the harness's process_docs leaves it, with a clear error for rows of another schema."""
+    def process(self, row: dict[str, Any], where: str, file: str | None = None) -> dict[str, Any]:
+        """The document as the harness's process_docs leaves it, with a clear error for rows of another schema.
+
+        The answer is checked with the prompt (`target` reads the gold index or the references), so a label
+        of the wrong type or out of range is refused before any model loads; `file` (the rows' file, when
+        local) is named in the error.
+        """
         try:
             doc = self._process(row)
             self.query(doc), self.target(doc)  # every field the prompt needs is there
             return doc
         except (KeyError, ValueError, IndexError, AttributeError, TypeError) as e:
-            fields = ", ".join(row) if isinstance(row, dict) else type(row).__name__
-            raise fail(f"{self.task}: {where} does not fit the task's schema ({type(e).__name__}: {e}; it has "
-                       f"{fields})", f"use the hub schema of {self.spec['hub']['name']}") from None  # fmt: skip
+            fields = ", ".join(map(str, row)) if isinstance(row, dict) else type(row).__name__
+            reason = " ".join(f"{type(e).__name__}: {e}".split())
+            raise fail(f"{self.task}: {where} does not fit the task's schema ({reason}; it has {fields})"
+                       + (f" in {file}" if file else ""),
+                       f"use the hub schema of {self.spec['hub']['name']}") from None  # fmt: skip
 
     def query(self, doc: dict[str, Any]) -> str:
         """The question part of a prompt (for WinoGrande: the gold option's context, as an exemplar shows it)."""

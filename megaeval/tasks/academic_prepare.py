@@ -13,7 +13,6 @@ from .specs import load_spec
 
 
 @dataclass
-@dataclass
 class PreparedTask:
     """A task's documents, ready to score, with its effective settings."""
 
@@ -64,7 +63,7 @@ def prepare_task(settings: Any, task: str, data: dict[str, Any]) -> PreparedTask
     chosen = task_settings(settings, spec)
     td = TaskDocs(spec)
     rows, data[task] = load_split(task, spec["split"], settings.data_dir, spec["hub"])
-    docs = [(i, td.process(row, f"{spec['split']} row {i}")) for i, row in enumerate(rows)]
+    docs = [(i, td.process(row, f"{spec['split']} row {i}", data[task].get("path"))) for i, row in enumerate(rows)]
     group_by = spec.get("group_by")
     if group_by:
         unknown = sorted({str(doc[group_by]) for _, doc in docs} - set(spec["subjects"]))
@@ -77,7 +76,8 @@ def prepare_task(settings: Any, task: str, data: dict[str, Any]) -> PreparedTask
     pool: list[dict] = []
     if chosen["shots"]:
         shot_rows, data[f"{task}:shots"] = load_split(task, spec["shot_split"], settings.data_dir, spec["hub"])
-        pool = [td.process(row, f"{spec['shot_split']} row {i}") for i, row in enumerate(shot_rows)]
+        shot_file = data[f"{task}:shots"].get("path")
+        pool = [td.process(row, f"{spec['shot_split']} row {i}", shot_file) for i, row in enumerate(shot_rows)]
     exemplar_ids: list[list[int]] = [[] for _ in docs]
     if group_by:  # exemplars come from the same group (MMLU: the subject's dev questions, in order)
         for group in dict.fromkeys(doc[group_by] for _, doc in docs):

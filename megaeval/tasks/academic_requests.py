@@ -113,11 +113,23 @@ def score_requests(
 
 
 def evaluate_choices(
-    lm: StreamingLM, prepared: PreparedTask, doc: Doc, bos: bool, cache: FewshotCache | None = None
+    lm: StreamingLM,
+    prepared: PreparedTask,
+    doc: Doc,
+    bos: bool,
+    cache: FewshotCache | None = None,
+    charge_fewshot: bool | None = None,
 ) -> dict[str, Any]:
-    """Score a multiple-choice (or multiple-input) document; its samples record."""
+    """Score a multiple-choice (or multiple-input) document; its samples record.
+
+    `charge_fewshot`: whether this document's forward_tokens include reading its few-shot block (None:
+    when this call read it). A run passes True for the first of consecutive documents sharing a block,
+    so the counts are those of one uninterrupted process, however the documents were spread or resumed.
+    """
     prefix = bos_prefix(lm, bos)
     fewshot, prefix_read = (cache or FewshotCache()).get(lm, prefix, doc.fewshot)
+    if charge_fewshot is not None:
+        prefix_read = len(fewshot.ids) if charge_fewshot and fewshot is not None else 0
     scored = Scored(forward_tokens=prefix_read)
     if prepared.spec["output"] == "multiple_input":
         context_tokens: int | list[int] = []

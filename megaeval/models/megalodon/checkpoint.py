@@ -20,6 +20,8 @@ import torch
 
 from ...errors import fail
 from ...tokenizers import SentencePieceTokenizer
+from ..weights import check_state_dict as check_state_dict_of
+from ..weights import place_tokenizer
 from .config import ModelArgs
 
 # Model-parallel shards are concatenated along these dims; None means replicated on every shard.
@@ -170,7 +172,7 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
                 if "mmap" not in str(e):
                     raise
                 obj = torch.load(path, map_location="cpu", weights_only=True)  # legacy (non-zip) format
-    except OSError as e:
+    except PermissionError as e:
         raise fail(f"cannot read {path} ({e.strerror or e})", "check the file's permissions") from None
     except Exception as e:
         found = re.search(r"GLOBAL ([\w.]+)", str(e))
@@ -234,32 +236,10 @@ def load_state_dict(info: CheckpointInfo) -> dict[str, torch.Tensor]:
 
 
 def check_state_dict(state: dict[str, torch.Tensor], expected: dict[str, torch.Size], share_emb: bool) -> None:
-    """Raise one error naming every missing key, unexpected key and shape mismatch."""
+    """Raise one error naming every missing key, unexpected key and shape mismatch (a tied output may be absent)."""
     given = {k: v for k, v in state.items() if k not in IGNORED_KEYS}
     optional = {"output.output.weight"} if share_emb else set()
-    missing = sorted(set(expected) - set(given) - optional)
-    unexpected = sorted(set(given) - set(expected))
-    shapes = [
-        f"{k} {list(given[k].shape)} vs {list(expected[k])}"
-        for k in sorted(set(given) & set(expected))
-        if given[k].shape != expected[k]
-    ]
-
-    def listed(items: list[str]) -> str:
-        return ", ".join(items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else "")
-
-    problems = []
-    if missing:
-        problems.append(f"missing keys {listed(missing)}")
-    if unexpected:
-        problems.append(f"unexpected keys {listed(unexpected)}")
-    if shapes:
-        problems.append(f"shape mismatch (checkpoint vs config) {listed(shapes)}")
-    if problems:
-        raise fail(
-            "weights do not match config.json: " + "; ".join(problems),
-            "check that config.json belongs to these weights",
-        )
+    check_state_dict_of(given, expected, "the weights", optional)
 
 
 def save_checkpoint(
@@ -273,16 +253,10 @@ def save_checkpoint(
     copy_tokenizer: bool = True,
 ) -> Path:
     """Write `model` (a Megalodon) in the official layout, split into `shards` model-parallel files."""
-    import shutil
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = Path(tokenizer_path)
-    if tok.resolve().parent == out.resolve():
-        tok = Path(tok.name)  # beside the weights: record it relative to the checkpoint
-    elif copy_tokenizer:
-        shutil.copyfile(tok, out / "tokenizer.model")
-        tok = Path("tokenizer.model")
+    tok = place_tokenizer(out, tokenizer_path, copy_tokenizer)
     config = {
         "model": model.args.to_dict(),
         "tokenizer": {"path": str(tok), "additional_vocab_size": additional_vocab_size},

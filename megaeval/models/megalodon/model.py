@@ -23,8 +23,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...kernels.attention import apply_rope, chunked_attention  # noqa: F401  (the references, re-exported)
-from ...kernels.cema import complex_powers  # noqa: F401
 from ...kernels.common import acc_dtype
 from ...kernels.dispatch import TORCH, Ops
 from ...kernels.nll import nll_from_logits
@@ -213,10 +211,19 @@ class MovingAverageGatedAttention(nn.Module):
         self.beta = nn.Parameter(torch.zeros(2, Z))  # q and k offsets
 
     def forward(self, x: Tensor, state: LayerState) -> tuple[Tensor, LayerState]:
-        B, T, _ = x.shape
-        H = self.num_heads
         out_tsn, norm = self.timenorm(x, state.norm)
         out_cema, h = self.cema(out_tsn, state.cema)
+        out, k_cache, v_cache = self.gated_attention(x, out_tsn, out_cema, state.k, state.v)
+        return out, LayerState(norm, h, k_cache, v_cache)
+
+    def gated_attention(
+        self, x: Tensor, out_tsn: Tensor, out_cema: Tensor, k_cache: Tensor, v_cache: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The layer after its TimestepNorm (out_tsn) and CEMA (out_cema): gated chunk-local attention plus
+        the residual x. Returns the output and the K/V caches of the chunk left partial. (Split out of
+        `forward` so chunk parallel can supply the norm and CEMA outputs; megaeval.models.megalodon.chunk_parallel.)"""
+        B, T, _ = x.shape
+        H = self.num_heads
         mx = self.rmsnorm(out_cema)
 
         z = rms_norm(self.wz(mx).view(B, T, H, -1), None, self.eps).view(B, T, 1, -1)  # per-head, no affine
@@ -229,13 +236,13 @@ class MovingAverageGatedAttention(nn.Module):
             q.view(B, T, H, -1),
             k.view(B, T, H, -1),
             v.view(B, T, H, -1),
-            state.k,
-            state.v,
+            k_cache,
+            v_cache,
             self.chunk_size,
             self.rope_base,
         )
         h_out = self.wh1(mx) + self.wh2(attn.reshape(B, T, -1) * r)
-        return x + h_out, LayerState(norm, h, k_cache, v_cache)
+        return x + h_out, k_cache, v_cache
 
 
 class NormalizedFeedForwardNetwork(nn.Module):

@@ -10,7 +10,6 @@ Weights are read with safetensors only: pickle-based files (.bin, .pt, .pth, ...
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import torch
 
 from ...errors import fail
+from ..weights import check_state_dict as check_state_dict_of
+from ..weights import place_tokenizer
 from .config import RFAConfig
 
 CONFIG_FILE = "config.json"
@@ -99,29 +100,7 @@ def load_weights(info: CheckpointInfo) -> dict[str, torch.Tensor]:
 
 def check_state_dict(state: dict[str, torch.Tensor], expected: dict[str, torch.Size], source: str) -> None:
     """Raise one error naming every missing key, unexpected key, shape mismatch and non-float tensor."""
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    shared = sorted(set(state) & set(expected))
-    shapes = [f"{k} {list(state[k].shape)} vs {list(expected[k])}" for k in shared if state[k].shape != expected[k]]
-    kinds = [f"{k} ({str(state[k].dtype).removeprefix('torch.')})" for k in shared if not state[k].is_floating_point()]
-
-    def listed(items: list[str]) -> str:
-        return ", ".join(items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else "")
-
-    problems = []
-    if missing:
-        problems.append(f"missing keys {listed(missing)}")
-    if unexpected:
-        problems.append(f"unexpected keys {listed(unexpected)}")
-    if shapes:
-        problems.append(f"shape mismatch (file vs config) {listed(shapes)}")
-    if kinds:
-        problems.append(f"non-float tensors {listed(kinds)}")
-    if problems:
-        raise fail(
-            f"{source} does not match config.json: " + "; ".join(problems),
-            "check that config.json belongs to these weights",
-        )
+    check_state_dict_of(state, expected, source, floats_only=True)
 
 
 def stored_dtype(state: dict[str, torch.Tensor]) -> str:
@@ -143,14 +122,7 @@ def save_checkpoint(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok = Path(tokenizer_path)
-    if tok.resolve().parent == out.resolve():
-        tok = Path(tok.name)
-    elif copy_tokenizer:
-        shutil.copyfile(tok, out / "tokenizer.model")
-        tok = Path("tokenizer.model")
-    else:
-        tok = tok.resolve()
+    tok = place_tokenizer(out, tokenizer_path, copy_tokenizer)
     config = {"family": "rfa", **model.config.to_dict(), "tokenizer": str(tok)}
     state = {k: v.detach().to("cpu", dtype or v.dtype).contiguous().clone() for k, v in model.state_dict().items()}
     save_file(state, str(out / WEIGHTS_FILE))

@@ -1,0 +1,170 @@
+"""The commands on many ranks, through the real command line: torchrun (and hand-launched ranks) on CPU/gloo.
+
+Every rank runs one thread, like the single process it is compared with, so the arithmetic is the same:
+data parallel must give the single process's report bit for bit, chunk parallel within 1e-12 (float64).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from megaeval_testing import REPO
+
+SAMPLES = REPO / "data_prep" / "samples"
+TIMING = {"seconds", "tokens_per_second", "peak_memory_bytes", "date"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def megaeval(*args: str, ranks: int = 1, timeout: float = 120) -> subprocess.CompletedProcess:
+    prefix = TORCHRUN if ranks == 2 else [sys.executable]
+    return subprocess.run([*prefix, "-m", "megaeval", *args, "--no-progress"], capture_output=True, text=True,
+                          env=ENV, timeout=timeout)  # fmt: skip
+
+
+def numbers(report: Path) -> dict:
+    """A report's results without timings (which legitimately differ between runs)."""
+
+    def strip(o):
+        if isinstance(o, dict):
+            return {k: strip(v) for k, v in o.items() if k not in TIMING}
+        return [strip(v) for v in o] if isinstance(o, list) else o
+
+    return strip(json.loads(report.read_text())["results"])
+
+
+@pytest.fixture(scope="module")
+def sweep_inputs(tmp_path_factory):
+    from megaeval.data_prep.tokenizer import train_sentencepiece
+    from megaeval.models.megalodon import save_checkpoint
+    from megaeval_testing import AUSTEN, random_model, small_args, write_stream
+
+    folder = tmp_path_factory.mktemp("dist")
+    text = folder / "excerpt.txt"
+    text.write_text((AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:60_000], encoding="utf-8")
+    sp = train_sentencepiece([text], folder / "sp.model", vocab_size=512)
+    ckpt = save_checkpoint(random_model(small_args(num_layers=3)), folder / "ckpt", sp)
+    books = [(AUSTEN / f"{b}.txt").read_text(encoding="utf-8")[:6000] for b in ("emma", "persuasion")]
+    return ckpt, write_stream(folder / "stream", books, sp)
+
+
+def sweep_args(ckpt: Path, stream: Path, out: Path, *extra: str) -> list[str]:
+    return ["ppl-sweep", "--model", str(ckpt), "--stream", str(stream), "--lengths", "16,64,128", "--tokens", "1024",
+            "--batch-size", "2", "--dtype", "float64", "--out", str(out), *extra]  # fmt: skip
+
+
+def test_ppl_sweep_data_parallel_is_bit_identical_and_chunk_parallel_within_1e12(sweep_inputs, tmp_path):
+    ckpt, stream = sweep_inputs
+    one = megaeval(*sweep_args(ckpt, stream, tmp_path / "one.json"))
+    assert one.returncode == 0, one.stderr
+    two = megaeval(*sweep_args(ckpt, stream, tmp_path / "two.json"), ranks=2)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("report:") == 1  # rank 0 alone reports
+    assert numbers(tmp_path / "two.json") == numbers(tmp_path / "one.json")
+    env = json.loads((tmp_path / "two.json").read_text())["environment"]
+    assert (env["world_size"], env["backend"], env["data_parallel"]) == (2, "gloo", 2)
+
+    cp = megaeval(*sweep_args(ckpt, stream, tmp_path / "cp.json", "--chunk-parallel", "2"), ranks=2)
+    assert cp.returncode == 0, cp.stderr
+    report = json.loads((tmp_path / "cp.json").read_text())
+    assert report["settings"]["chunk_parallel"] == 2 and report["environment"]["chunk_parallel"] == 2
+    reference = json.loads((tmp_path / "one.json").read_text())["results"]["lengths"]
+    for a, b in zip(reference, report["results"]["lengths"], strict=True):
+        assert abs(b["nll_sum"] - a["nll_sum"]) <= 1e-12 * abs(a["nll_sum"])
+
+
+def test_scrolls_and_academic_on_two_ranks_equal_one_process(sweep_inputs, tmp_path):
+    model = ["--model", str(sweep_inputs[0]), "--dtype", "float64"]
+    scrolls = ["scrolls", *model, "--tasks", "qmsum", "--data-dir", str(SAMPLES / "scrolls"), "--limit", "3",
+               "--max-new-tokens", "4"]  # fmt: skip
+    # MMLU: two questions per subject share a 5-shot block, which ranks split between them
+    academic = ["academic", *model, "--data-dir", str(SAMPLES), "--tasks", "arc_easy,mmlu,winogrande,nq_open",
+                "--limit", "2"]  # fmt: skip
+    for name, args in (("scrolls", scrolls), ("academic", academic)):
+        for ranks in (1, 2):
+            out = tmp_path / f"{name}{ranks}"
+            result = megaeval(*args, "--out", f"{out}.json", "--samples", f"{out}.jsonl", ranks=ranks)
+            assert result.returncode == 0, result.stderr
+        assert numbers(tmp_path / f"{name}2.json") == numbers(tmp_path / f"{name}1.json"), name
+        assert (tmp_path / f"{name}2.jsonl").read_text() == (tmp_path / f"{name}1.jsonl").read_text(), name
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_ranks(args_of_rank, timeout: float = 60) -> list[tuple[int, str, float]]:
+    """Start ranks by hand (the torchrun environment, without torchrun's supervision); (exit code, stderr,
+    seconds) per rank."""
+    port = free_port()
+    began = time.monotonic()
+    procs = []
+    for rank in (0, 1):
+        env = {**ENV, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, "-m", "megaeval", *args_of_rank(rank), "--no-progress"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))  # fmt: skip
+    results = []
+    for p in procs:
+        _, err = p.communicate(timeout=timeout)
+        results.append((p.returncode, err, time.monotonic() - began))
+    return results
+
+
+def test_a_failure_on_one_rank_ends_every_rank_promptly_with_one_line(sweep_inputs, tmp_path):
+    ckpt, stream = sweep_inputs
+    broken = tmp_path / "broken"
+    shutil.copytree(ckpt, broken)
+    (broken / "consolidated.pth").write_bytes(b"")  # only rank 1 loads this one
+
+    def args(rank: int) -> list[str]:
+        model = broken if rank == 1 else ckpt
+        return [*sweep_args(model, stream, tmp_path / "r.json"), "--dist-timeout", "60"]
+
+    for code, err, seconds in launch_ranks(args):
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1, err
+        assert lines[0].startswith("error: rank 1: ") and "consolidated.pth" in lines[0]
+        assert seconds < 30  # not the 60 s collective timeout
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_bad_flag_stops_both_ranks_under_torchrun(sweep_inputs, tmp_path):
+    ckpt, stream = sweep_inputs
+    began = time.monotonic()
+    result = megaeval(*sweep_args(ckpt, stream, tmp_path / "r.json", "--chunk-parallel", "3"), ranks=2)
+    assert result.returncode != 0 and time.monotonic() - began < 60
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2 and all("--chunk-parallel 3 does not divide the 2 ranks" in e for e in errors)
+
+
+def test_resume_after_killing_two_ranks_on_any_world_size(sweep_inputs, tmp_path):
+    ckpt, stream = sweep_inputs
+    args = sweep_args(ckpt, stream, tmp_path / "r.json", "--lengths", "16,32", "--batch-size", "1")
+    assert megaeval(*sweep_args(ckpt, stream, tmp_path / "ref.json", "--lengths", "16,32", "--batch-size", "1"))\
+        .returncode == 0  # fmt: skip
+    journal = tmp_path / "r.json.partial.jsonl"
+    proc = subprocess.Popen([*TORCHRUN, "-m", "megaeval", *args, "--no-progress"], env=ENV, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (journal.exists() and len(journal.read_text().splitlines()) > 8):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    done = len(journal.read_text().splitlines()) - 1
+    assert 0 < done < 96 and not (tmp_path / "r.json").exists()  # killed mid-way: 96 batches in all
+    resumed = megaeval(*args, "--resume")  # one process picks up what two ranks left
+    assert resumed.returncode == 0, resumed.stderr
+    assert numbers(tmp_path / "r.json") == numbers(tmp_path / "ref.json") and not journal.exists()

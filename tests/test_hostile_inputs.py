@@ -1,0 +1,839 @@
+"""Hostile inputs, black box: every command refuses bad input with exit code 2 and one `error: ` line.
+
+Each case runs `python -m megaeval ...` (see tests/hostile_cases.py) and checks that
+- the exit code is 2;
+- stderr holds exactly one non-blank line, starting with `error: ` and naming the offending
+  file, flag or field (a case-specific pattern);
+- there is no Traceback on stdout or stderr;
+- nothing on disk changed: every pre-existing file (old report at --out, old samples, old plot,
+  old stream, the inputs themselves) is byte-for-byte the same, and no new file or folder
+  (half-written output, empty --out folder, marker of code that ran) appeared.
+
+Shared inputs (a tiny random MEGALODON checkpoint, a books stream, small SCROLLS and academic data
+folders, real reports, tiny transformers models) are built once per module; a case that damages
+an input damages its own copy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import re
+import shlex
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from megaeval.models.megalodon import save_checkpoint
+
+try:  # the shared test helpers' home after the tests/ restructuring, else conftest
+    from megaeval_testing import random_model, small_args, write_stream
+except ImportError:
+    from tests.conftest import random_model, small_args, write_stream
+
+
+def _helpers():
+    """tests/hostile_cases.py, loaded by path (whatever pytest's import mode puts on sys.path)."""
+    name = "_megaeval_hostile_cases"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("hostile_cases.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+H = _helpers()
+AUSTEN, EMBEDDED_TOKENIZER, SAMPLES, Megaeval = H.AUSTEN, H.EMBEDDED_TOKENIZER, H.SAMPLES, H.Megaeval
+build_hf_llama, malicious_payload, read_jsonl, short_qmsum_rows = (
+    H.build_hf_llama, H.malicious_payload, H.read_jsonl, H.short_qmsum_rows)  # fmt: skip
+tree_diff, tree_state, wait_for, write_jsonl = H.tree_diff, H.tree_state, H.wait_for, H.write_jsonl
+
+OLD_REPORT = b'{"old": "report, must survive"}\n'
+OLD_SAMPLES = b'{"old": "samples, must survive"}\n'
+OLD_PLOT = b"\x89PNG old plot, must survive\n"
+MARKER = "pwned"  # every payload below creates base/pwned-<kind> when its code runs
+
+# ------------------------------------------------------------------------------------------------------------------
+# Shared inputs
+
+
+class Base:
+    """Inputs shared by every case of the module, built lazily under one folder (snapshotted around each case)."""
+
+    def __init__(self, root: Path, sp: Path, cli: Megaeval):
+        self.root, self.sp, self.cli = root, sp, cli
+
+    def marker(self, kind: str) -> Path:
+        return self.root / f"{MARKER}-{kind}"
+
+    @cached_property
+    def ckpt(self) -> Path:
+        return save_checkpoint(random_model(small_args(), 0, torch.float32), self.root / "ckpt", self.sp)
+
+    @cached_property
+    def ckpt2(self) -> Path:
+        """The same model split into two model-parallel shards."""
+        return save_checkpoint(random_model(small_args(), 0, torch.float32), self.root / "ckpt2", self.sp, shards=2)
+
+    @cached_property
+    def stream(self) -> Path:
+        texts = [(AUSTEN / f"{b}.txt").read_text(encoding="utf-8")[:3000] for b in ("emma", "persuasion")]
+        return write_stream(self.root / "stream", texts, self.sp)
+
+    @cached_property
+    def other_stream(self) -> Path:
+        """The same books, tokenized with another tokenizer (the embedded model's)."""
+        texts = [(AUSTEN / f"{b}.txt").read_text(encoding="utf-8")[:3000] for b in ("emma", "persuasion")]
+        return write_stream(self.root / "other-stream", texts, EMBEDDED_TOKENIZER)
+
+    @cached_property
+    def sdata(self) -> Path:
+        """SCROLLS QMSum: 2 validation and 2 train examples of the bundled samples, documents shortened."""
+        folder = self.root / "scrolls"
+        write_jsonl(folder / "qmsum" / "validation.jsonl", short_qmsum_rows("validation", 2))
+        write_jsonl(folder / "qmsum" / "train.jsonl", short_qmsum_rows("train", 2))
+        return folder
+
+    @cached_property
+    def preds(self) -> Path:
+        ids = list(dict.fromkeys(r["id"] for r in read_jsonl(self.sdata / "qmsum" / "validation.jsonl")))
+        rows = [{"task": "qmsum", "id": i, "prediction": "The team discussed the remote control."} for i in ids]
+        return write_jsonl(self.root / "preds.jsonl", rows)
+
+    @cached_property
+    def adata(self) -> Path:
+        """Academic tasks: the first 3 rows of the bundled samples of a few tasks."""
+        folder = self.root / "academic"
+        for task, split in [("arc_easy", "test"), ("boolq", "validation"), ("hellaswag", "validation"),
+                            ("piqa", "validation"), ("siqa", "validation"), ("winogrande", "validation")]:  # fmt: skip
+            write_jsonl(folder / task / f"{split}.jsonl", read_jsonl(SAMPLES / task / f"{split}.jsonl")[:3])
+        return folder
+
+    def _run_ok(self, argv: str, **fields) -> None:
+        result = self.cli.run(fmt_argv(argv, _Fields(fields, self)), self.root)
+        assert result.returncode == 0, result.describe()
+
+    @cached_property
+    def ppl_report(self) -> Path:
+        """A real ppl-sweep report."""
+        out = self.root / "reports" / "ppl.json"
+        self._run_ok(PPL, out=out)
+        return out
+
+    @cached_property
+    def scrolls_report(self) -> Path:
+        """A real scrolls report (scoring predictions, no model)."""
+        out = self.root / "reports" / "scrolls.json"
+        self._run_ok("scrolls --tasks qmsum --data-dir {sdata} --predictions {preds} --out {out} --no-progress",
+                     out=out)  # fmt: skip
+        return out
+
+    def _resume_file(self, argv: str, name: str) -> dict:
+        """The resume file a run of `argv` keeps beside --out, seen in a run killed early: its name after
+        `report.json` (`.partial`, `.partial.jsonl`, ...) and its first line (a journal's fingerprint)."""
+        out = self.root / "resume-files" / name / "report.json"
+        out.parent.mkdir(parents=True)
+        fields = _Fields({"out": out, "samples": out.with_name("s.jsonl")}, self)
+
+        def found() -> Path | None:
+            for p in out.parent.glob(out.name + ".partial*"):
+                text = p.read_text(encoding="utf-8", errors="replace")
+                if text.endswith("\n") or (text and p.suffix != ".jsonl"):
+                    return p
+            return None
+
+        proc = self.cli.start(fmt_argv(argv, fields), self.root)
+        got = wait_for(lambda: found() is not None, proc, timeout=120, interval=0.001)
+        proc.kill()
+        result = proc.wait()
+        assert got, f"no resume file report.json.partial* appeared beside --out\n{result.describe()}"
+        path = found()
+        facts = {"suffix": path.name[len(out.name) :], "first_line": path.read_text().splitlines()[0]}
+        shutil.rmtree(out.parent)
+        return facts
+
+    @cached_property
+    def ppl_resume_file(self) -> dict:
+        return self._resume_file(PPL + " --batch-size 1", "ppl")
+
+    @cached_property
+    def scrolls_resume_file(self) -> dict:
+        return self._resume_file(SMODEL, "scrolls")
+
+    @cached_property
+    def academic_resume_file(self) -> dict:
+        return self._resume_file(ACAD, "academic")
+
+    @cached_property
+    def llama_evil(self) -> Path:
+        """A tiny transformers Llama whose config asks for custom code (evil.py writes a marker when imported)."""
+        folder = build_hf_llama(self.root / "llama-evil")
+        (folder / "evil.py").write_text(
+            f"open({str(self.marker('remote-code'))!r}, 'w').write('custom code ran')\n"
+            "from transformers import LlamaForCausalLM as Model\n"
+        )
+        config = json.loads((folder / "config.json").read_text())
+        config["auto_map"] = {"AutoModelForCausalLM": "evil.Model"}
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        return folder
+
+    @cached_property
+    def llama_pickle(self) -> Path:
+        """A tiny transformers Llama whose weights are a pickled pytorch_model.bin with a payload."""
+        folder = build_hf_llama(self.root / "llama-pickle")
+        for p in folder.glob("*.safetensors"):
+            p.unlink()
+        state = {"model.embed_tokens.weight": malicious_payload(self.marker("hf-bin"), "system")}
+        torch.save(state, folder / "pytorch_model.bin")
+        return folder
+
+
+class _Fields:
+    """`{name}` in an argv template: a case attribute, else a Base attribute (built on first use)."""
+
+    def __init__(self, *sources):
+        self.sources = sources
+
+    def __getitem__(self, key: str):
+        for source in self.sources:
+            if isinstance(source, dict):
+                if key in source:
+                    return source[key]
+            elif hasattr(source, key):
+                return getattr(source, key)
+        raise KeyError(key)
+
+
+def fmt_argv(template: str, fields) -> list[str]:
+    return [token.format_map(fields) for token in shlex.split(template)]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# One case's world
+
+
+class Ctx:
+    """A case's folder, with old outputs in work/out; attributes set here shadow the shared inputs."""
+
+    def __init__(self, base: Base, work: Path):
+        self.base, self.work = base, work
+        outdir = work / "out"
+        outdir.mkdir(parents=True)
+        self.out = outdir / "report.json"
+        self.samples = outdir / "samples.jsonl"
+        self.png = outdir / "plot.png"
+        self.out.write_bytes(OLD_REPORT)
+        self.samples.write_bytes(OLD_SAMPLES)
+        self.png.write_bytes(OLD_PLOT)
+
+    def copy(self, name: str) -> Path:
+        """A private copy of shared input `name`, which the case may damage; `{name}` then means the copy."""
+        src = getattr(self.base, name)
+        dst = self.work / src.name
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copyfile(src, dst)
+        setattr(self, name, dst)
+        return dst
+
+
+class Replace:
+    """Returned by a change function: write this value instead of the edited one."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def replace(value):
+    return lambda _: Replace(value)
+
+
+def edit_json(path: Path, change: Callable) -> None:
+    """Apply `change` (it edits in place, or returns a Replace) to a JSON file."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    new = change(data)
+    path.write_text(json.dumps(new.value if isinstance(new, Replace) else data, indent=1), encoding="utf-8")
+
+
+def edit_jsonl(path: Path, change: Callable) -> None:
+    rows = read_jsonl(path)
+    new = change(rows)
+    write_jsonl(path, new.value if isinstance(new, Replace) else rows)
+
+
+# ---- setups (each returns a function of the case's Ctx)
+
+
+def ckpt_config(change: Callable, name: str = "ckpt"):
+    def setup(c: Ctx) -> None:
+        edit_json(c.copy(name) / "config.json", change)
+
+    return setup
+
+
+def model_field(key: str, value):
+    def change(cfg):
+        if value is DELETE:
+            del cfg["model"][key]
+        else:
+            cfg["model"][key] = value
+
+    return ckpt_config(change)
+
+
+DELETE = object()
+
+
+def ckpt_file(name: str, content: Callable[[bytes], bytes]):
+    def setup(c: Ctx) -> None:
+        path = c.copy("ckpt") / name
+        path.write_bytes(content(path.read_bytes()))
+
+    return setup
+
+
+def ckpt_pickle(kind: str, legacy: bool = False, raw: bool = False):
+    def setup(c: Ctx) -> None:
+        path = c.copy("ckpt") / "consolidated.pth"
+        payload = malicious_payload(c.base.marker(kind), kind)
+        if raw:
+            path.write_bytes(pickle.dumps(payload))
+            return
+        state = torch.load(path, weights_only=True)
+        state["embed.weight"] = payload if kind != "exec" else [state["embed.weight"], payload]
+        torch.save(state, path, _use_new_zipfile_serialization=not legacy)
+
+    return setup
+
+
+def shards_disagree(c: Ctx) -> None:
+    path = c.copy("ckpt2") / "consolidated.01.pth"
+    state = torch.load(path, weights_only=True)
+    w = state["layers.0.mega.wv.weight"]
+    state["layers.0.mega.wv.weight"] = torch.zeros(w.shape[0], w.shape[1] + 3)
+    torch.save(state, path)
+
+
+def unreadable(path_of: Callable[[Ctx], Path]):
+    def setup(c: Ctx) -> None:
+        path = path_of(c)
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            path.chmod(0o644)
+            pytest.skip("running as a user (root) who can read a chmod 000 file")
+
+    return setup
+
+
+def unwritable_dir(c: Ctx) -> None:
+    locked = c.work / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    probe = locked / "probe"
+    try:
+        probe.write_text("x")
+    except OSError:
+        return
+    probe.unlink()
+    locked.chmod(0o755)
+    pytest.skip("running as a user (root) who can write into a chmod 555 folder")
+
+
+def books(files: dict[str, bytes]):
+    def setup(c: Ctx) -> None:
+        folder = c.work / "books"
+        folder.mkdir()
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+
+    return setup
+
+
+def make_file(name: str, data: bytes | str):
+    def setup(c: Ctx) -> None:
+        path = c.work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    return setup
+
+
+def stream_manifest(change: Callable):
+    def setup(c: Ctx) -> None:
+        edit_json(c.copy("stream") / "manifest.json", change)
+
+    return setup
+
+
+def stream_tokens(change: Callable[[np.ndarray], np.ndarray]):
+    def setup(c: Ctx) -> None:
+        path = c.copy("stream") / "tokens.bin"
+        path.write_bytes(change(np.fromfile(path, dtype=np.uint16)).astype(np.uint16).tobytes())
+
+    return setup
+
+
+def flip_two(tokens: np.ndarray) -> np.ndarray:
+    tokens = tokens.copy()
+    tokens[10], tokens[11] = (tokens[10] + 1) % 512, (tokens[11] + 7) % 512
+    return tokens
+
+
+def tokens_file_elsewhere(kind: str):
+    def setup(c: Ctx) -> None:
+        stream = c.copy("stream")
+        target = c.work / "x.bin"
+        shutil.copyfile(stream / "tokens.bin", target)
+        name = "../x.bin" if kind == "parent" else str(target)
+        edit_json(stream / "manifest.json", lambda m: m.update(tokens_file=name))
+
+    return setup
+
+
+def scrolls_rows(change: Callable[[list], list | None], split: str = "validation"):
+    def setup(c: Ctx) -> None:
+        edit_jsonl(c.copy("sdata") / "qmsum" / f"{split}.jsonl", change)
+
+    return setup
+
+
+def scrolls_raw(data: bytes, split: str = "validation", suffix: str = ".jsonl"):
+    def setup(c: Ctx) -> None:
+        folder = c.copy("sdata") / "qmsum"
+        (folder / f"{split}.jsonl").unlink()
+        (folder / f"{split}{suffix}").write_bytes(data)
+
+    return setup
+
+
+def scrolls_first_line(line: str | bytes):
+    def setup(c: Ctx) -> None:
+        path = c.copy("sdata") / "qmsum" / "validation.jsonl"
+        lines = path.read_bytes().splitlines(keepends=True)
+        path.write_bytes((line.encode() if isinstance(line, str) else line) + b"\n" + b"".join(lines[1:]))
+
+    return setup
+
+
+def set_all(key: str, value):
+    def change(rows):
+        for r in rows:
+            if value is DELETE:
+                r.pop(key, None)
+            else:
+                r[key] = value
+
+    return change
+
+
+def predictions(rows_of: Callable[[list], list] | None = None, raw: bytes | None = None):
+    def setup(c: Ctx) -> None:
+        path = c.copy("preds")
+        if raw is not None:
+            path.write_bytes(raw)
+        else:
+            write_jsonl(path, rows_of(read_jsonl(path)))
+
+    return setup
+
+
+def academic_rows(task: str, split: str, change: Callable[[list], list | None]):
+    def setup(c: Ctx) -> None:
+        edit_jsonl(c.copy("adata") / task / f"{split}.jsonl", change)
+
+    return setup
+
+
+def academic_raw(task: str, split: str, data: bytes, suffix: str = ".jsonl"):
+    def setup(c: Ctx) -> None:
+        folder = c.copy("adata") / task
+        (folder / f"{split}.jsonl").unlink()
+        (folder / f"{split}{suffix}").write_bytes(data)
+
+    return setup
+
+
+def journal(which: str, record: object):
+    """The run's resume journal, as a killed run of the same settings leaves it, plus one bad record."""
+
+    def setup(c: Ctx) -> None:
+        facts = getattr(c.base, f"{which}_resume_file")
+        path = c.out.with_name(c.out.name + facts["suffix"])
+        path.write_text(facts["first_line"] + "\n" + json.dumps(record) + "\n")
+
+    return setup
+
+
+def resume_file(which: str, content: str):
+    """The run's resume file (whatever its name, found by killing a run) holding `content`."""
+
+    def setup(c: Ctx) -> None:
+        suffix = getattr(c.base, f"{which}_resume_file")["suffix"]
+        c.out.with_name(c.out.name + suffix).write_text(content)
+
+    return setup
+
+
+def report_copy(which: str, change: Callable):
+    def setup(c: Ctx) -> None:
+        edit_json(c.copy(which), change)
+
+    return setup
+
+
+def pop_key(*path: str):
+    """A change that deletes d[path[0]][path[1]]...."""
+
+    def change(d) -> None:
+        for key in path[:-1]:
+            d = d[key]
+        del d[path[-1]]
+
+    return change
+
+
+def drop_results_key(key: str):
+    return pop_key("results", key)
+
+
+def all_lengths(key: str, value):
+    def change(r):
+        for row in r["results"]["lengths"]:
+            row[key] = value
+
+    return change
+
+
+def setups(*fns):
+    def setup(c: Ctx) -> None:
+        for fn in fns:
+            fn(c)
+
+    return setup
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The cases
+
+
+@dataclass
+class Case:
+    id: str
+    argv: str  # shlex-split, then each token formatted with the case's and the shared inputs' paths
+    expect: str  # regex (case-insensitive) the error line must match: the offending file, flag or field
+    setup: Callable[[Ctx], None] | None = None
+
+
+INFO = "info {ckpt}"
+TRUST = "info hf:{llama_evil} --model-args trust_remote_code="
+PREP = "prep-books {work}/books --tokenizer {sp} --out {work}/newstream --workers 1 --no-progress"
+PPL = ("ppl-sweep --model {ckpt} --stream {stream} --lengths 16,32 --tokens 1024 --batch-size 8 --no-progress "
+       "--out {out}")  # fmt: skip
+SPRED = "scrolls --tasks qmsum --data-dir {sdata} --predictions {preds} --out {out} --samples {samples} --no-progress"
+SMODEL = ("scrolls --model {ckpt} --tasks qmsum --data-dir {sdata} --limit 1 --max-new-tokens 2 --out {out} "
+          "--samples {samples} --no-progress")  # fmt: skip
+ACAD = ("academic --model {ckpt} --tasks arc_easy --data-dir {adata} --limit 2 --out {out} --samples {samples} "
+        "--no-progress")  # fmt: skip
+PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)) * 8
+LATIN1 = "Le café était très animé. Émile arriva à l'heure.\n".encode("latin-1")
+
+# fmt: off
+CASES = [
+    # ---- checkpoints (info): damaged weights, bad config values, shards, pickles, tokenizers
+    Case("info/weights-empty", INFO, r"consolidated\.pth", ckpt_file("consolidated.pth", lambda b: b"")),
+    Case("info/weights-truncated", INFO, r"consolidated\.pth",
+         ckpt_file("consolidated.pth", lambda b: b[: len(b) // 2])),
+    Case("info/weights-zeroed", INFO, r"consolidated\.pth", ckpt_file("consolidated.pth", lambda b: bytes(len(b)))),
+    Case("info/weights-unreadable", INFO, r"consolidated\.pth", setups(lambda c: c.copy("ckpt"),
+         unreadable(lambda c: c.ckpt / "consolidated.pth"))),
+    Case("info/config-norm-eps-string", INFO, r"norm_eps", model_field("norm_eps", "tiny")),
+    Case("info/config-tokenizer-is-string", INFO, r"tokenizer", ckpt_config(lambda c: c.update(tokenizer="tok.model"))),
+    Case("info/config-additional-vocab-abc", INFO, r"additional_vocab_size",
+         ckpt_config(lambda c: c["tokenizer"].update(additional_vocab_size="abc"))),
+    Case("info/config-model-dim-zero", INFO, r"model_dim", model_field("model_dim", 0)),
+    Case("info/config-num-layers-negative", INFO, r"num_layers", model_field("num_layers", -1)),
+    Case("info/config-chunk-size-zero", INFO, r"chunk_size", model_field("chunk_size", 0)),
+    Case("info/config-heads-do-not-divide-z-dim", INFO, r"num_heads", model_field("num_heads", 3)),
+    Case("info/config-model-dim-missing", INFO, r"model_dim|config\.json", model_field("model_dim", DELETE)),
+    Case("info/config-is-a-list", "info megalodon:{ckpt}", r"config\.json", ckpt_config(replace([1, 2]))),
+    Case("info/config-model-parallel-size-string", INFO, r"model_parallel_size",
+         setups(lambda c: edit_json(c.copy("ckpt") / "consolidate_config.json",
+                                    lambda d: d.update(model_parallel_size="2")))),
+    Case("info/consolidate-config-missing", INFO, r"consolidate_config\.json",
+         setups(lambda c: (c.copy("ckpt") / "consolidate_config.json").unlink())),
+    Case("info/shards-with-different-shapes", "info {ckpt2}", r"consolidated\.01\.pth|shard", shards_disagree),
+    Case("info/pickle-makedirs", INFO, r"consolidated\.pth", ckpt_pickle("makedirs")),
+    Case("info/pickle-os-system", INFO, r"consolidated\.pth", ckpt_pickle("system")),
+    Case("info/pickle-exec-legacy-format", INFO, r"consolidated\.pth", ckpt_pickle("exec", legacy=True)),
+    Case("info/pickle-raw-not-torch", INFO, r"consolidated\.pth", ckpt_pickle("system", raw=True)),
+    Case("info/hf-pickled-pytorch-model-bin", "info hf:{llama_pickle}", r"pytorch_model\.bin"),
+    Case("info/tokenizer-not-sentencepiece", INFO, r"tokenizer\.model",
+         ckpt_file("tokenizer.model", lambda b: b"this is not a sentencepiece model\n")),
+    Case("info/tokenizer-vocab-mismatch", INFO, r"vocab",
+         ckpt_file("tokenizer.model", lambda b: EMBEDDED_TOKENIZER.read_bytes())),
+    Case("info/trust-remote-code-no", TRUST + "no", r"trust_remote_code"),
+    Case("info/trust-remote-code-off", TRUST + "off", r"trust_remote_code"),
+    Case("info/trust-remote-code-maybe", TRUST + "maybe", r"trust_remote_code"),
+    Case("info/remote-code-not-allowed", "info hf:{llama_evil}", r"trust_remote_code"),
+    Case("info/dtype-float8", INFO + " --dtype float8", r"float8"),
+    Case("info/device-tpu", INFO + " --device tpu", r"tpu"),
+    Case("info/model-args-unknown-option", INFO + " --model-args foo=1", r"foo"),
+    Case("info/kernels-unknown", INFO + " --kernels warp-speed", r"kernels|warp-speed"),
+    # ---- prep-books: sources and --out
+    Case("prep/empty-folder", PREP, r"books", books({})),
+    Case("prep/binary-book", PREP, r"a\.txt", books({"a.txt": PNG_BYTES})),
+    Case("prep/binary-file-source", "prep-books {work}/blob.bin --tokenizer {sp} --out {work}/newstream --workers 1",
+         r"blob\.bin", make_file("blob.bin", PNG_BYTES)),
+    Case("prep/non-utf8-book", PREP, r"latin1\.txt.*UTF-8|UTF-8.*latin1\.txt", books({"latin1.txt": LATIN1})),
+    Case("prep/non-utf8-book-in-worker-pool", PREP + " --workers 2", r"latin1\.txt",
+         books({"good.txt": b"A plain book.\n" * 50, "latin1.txt": LATIN1, "z.txt": b"Another book.\n" * 50})),
+    Case("prep/unreadable-book", PREP, r"secret\.txt",
+         setups(books({"secret.txt": b"Hidden.\n"}), unreadable(lambda c: c.work / "books" / "secret.txt"))),
+    Case("prep/out-under-a-file", "prep-books {work}/books --tokenizer {sp} --out {work}/file.txt/stream --workers 1",
+         r"file\.txt", setups(books({"a.txt": b"A book.\n"}), make_file("file.txt", "a file"))),
+    Case("prep/out-is-a-file", "prep-books {work}/books --tokenizer {sp} --out {work}/file.txt --workers 1",
+         r"file\.txt", setups(books({"a.txt": b"A book.\n"}), make_file("file.txt", "a file"))),
+    Case("prep/force-keeps-old-stream-when-sources-fail",
+         "prep-books {work}/books --tokenizer {sp} --out {stream} --force --workers 1", r"books",
+         setups(books({}), lambda c: c.copy("stream"))),
+    Case("prep/jsonl-without-text-field", "prep-books {work}/b.jsonl --tokenizer {sp} --out {work}/newstream "
+         "--no-progress", r"text", make_file("b.jsonl", '{"body": "A book."}\n')),
+    # progress bar left on (the default): a failed run must still print one line
+    Case("prep/jsonl-text-is-a-number-with-progress-bar", "prep-books {work}/b.jsonl --tokenizer {sp} --out "
+         "{work}/newstream", r"text", make_file("b.jsonl", '{"text": 42}\n')),
+    Case("prep/corrupt-parquet", "prep-books {work}/b.parquet --tokenizer {sp} --out {work}/newstream --no-progress",
+         r"b\.parquet", make_file("b.parquet", b"PAR1 this is not parquet PAR1")),
+    Case("prep/tokenizer-not-sentencepiece", "prep-books {work}/books --tokenizer {work}/bad.model --out "
+         "{work}/newstream", r"bad\.model", setups(books({"a.txt": b"A book.\n"}), make_file("bad.model", "nope"))),
+    Case("prep/workers-zero", PREP + " --workers 0", r"workers", books({"a.txt": b"A book.\n"})),
+    Case("prep/min-tokens-negative", PREP + " --min-tokens -5", r"min.tokens", books({"a.txt": b"A book.\n"})),
+    Case("prep/source-missing", "prep-books {work}/nothing-here --tokenizer {sp} --out {work}/newstream",
+         r"nothing-here"),
+    # ---- ppl-sweep: outputs that would destroy inputs, damaged streams, flags, resume files
+    Case("ppl/out-is-stream-manifest", PPL + " --out {stream}/manifest.json", r"manifest\.json",
+         lambda c: c.copy("stream")),
+    Case("ppl/out-is-stream-tokens", PPL + " --out {stream}/tokens.bin", r"tokens\.bin", lambda c: c.copy("stream")),
+    Case("ppl/tokens-bin-two-tokens-changed", PPL, r"checksum|sha256", stream_tokens(flip_two)),
+    Case("ppl/tokens-bin-truncated", PPL, r"tokens\.bin", stream_tokens(lambda t: t[:-50])),
+    Case("ppl/manifest-tokens-file-parent", PPL, r"tokens_file", tokens_file_elsewhere("parent")),
+    Case("ppl/manifest-tokens-file-absolute", PPL, r"tokens_file", tokens_file_elsewhere("absolute")),
+    Case("ppl/manifest-dtype-float16", PPL, r"dtype", stream_manifest(lambda m: m.update(dtype="float16"))),
+    Case("ppl/manifest-is-a-list", PPL, r"manifest\.json", stream_manifest(replace([1, 2]))),
+    Case("ppl/manifest-without-tokens-file", PPL, r"tokens_file", stream_manifest(pop_key("tokens_file"))),
+    Case("ppl/manifest-total-tokens-string", PPL, r"total_tokens",
+         stream_manifest(lambda m: m.update(total_tokens="many"))),
+    Case("ppl/manifest-bad-book-offset", PPL, r"offset",
+         stream_manifest(lambda m: m["books"][1].update(offset=10**9))),
+    Case("ppl/stream-is-a-file", PPL + " --stream {stream}/tokens.bin", r"tokens\.bin"),
+    Case("ppl/stream-of-another-tokenizer", PPL + " --stream {other_stream}", r"tokeni[sz]"),
+    Case("ppl/lengths-zero", PPL + " --lengths 0", r"length.*'0'"),
+    Case("ppl/lengths-negative", PPL + " --lengths -4", r"length.*-4"),
+    Case("ppl/lengths-fraction", PPL + " --lengths 1.5", r"length.*1\.5"),
+    Case("ppl/lengths-word", PPL + " --lengths abc", r"length.*abc"),
+    Case("ppl/lengths-superscript-two", PPL + " --lengths ²", r"length.*²"),
+    Case("ppl/batch-size-zero", PPL + " --batch-size 0", r"batch.size"),
+    Case("ppl/batch-size-word", PPL + " --batch-size many", r"batch.size"),
+    Case("ppl/misspelt-flag", PPL + " --lenghts 16", r"lenghts"),
+    Case("ppl/tokens-not-a-multiple", PPL + " --tokens 40", r"tokens"),
+    Case("ppl/tokens-more-than-the-stream", PPL + " --tokens 1M", r"tokens"),
+    Case("ppl/dtype-float8", PPL + " --dtype float8", r"float8"),
+    Case("ppl/device-tpu", PPL + " --device tpu", r"tpu"),
+    Case("ppl/window-policy-sliding-zero", PPL + " --window-policy sliding:0", r"window.policy|sliding"),
+    Case("ppl/window-policy-unknown", PPL + " --window-policy sometimes", r"window.policy|sometimes"),
+    Case("ppl/schedule-unknown", PPL + " --schedule lazy", r"schedule"),
+    Case("ppl/norm-stats-unknown", PPL + " --norm-stats weekly", r"norm.stats|weekly"),
+    Case("ppl/resume-file-is-a-list", PPL + " --resume", r"partial", resume_file("ppl", "[1, 2]\n")),
+    Case("ppl/resume-file-not-json", PPL + " --resume", r"partial", resume_file("ppl", "{\n")),
+    Case("ppl/out-under-a-file", PPL + " --out {work}/file.txt/report.json", r"file\.txt",
+         make_file("file.txt", "a file")),
+    Case("ppl/out-is-a-directory", PPL + " --out {work}/out", r"directory"),
+    Case("ppl/out-in-unwritable-folder", PPL + " --out {work}/locked/report.json", r"locked", unwritable_dir),
+    # ---- scrolls: data rows, predictions, outputs over inputs, flags, resume journal
+    Case("scrolls/data-empty-file", SMODEL, r"validation\.jsonl|empty", scrolls_raw(b"")),
+    Case("scrolls/data-blank-lines-only", SMODEL, r"validation\.jsonl|empty", scrolls_raw(b"\n\n  \n")),
+    Case("scrolls/data-malformed-line", SMODEL, r"line 1", scrolls_first_line('{"id": "x", ')),
+    Case("scrolls/data-rows-without-output", SMODEL, r"output", scrolls_rows(set_all("output", DELETE))),
+    Case("scrolls/data-input-null", SMODEL, r"input", scrolls_rows(set_all("input", None))),
+    Case("scrolls/data-output-null", SMODEL, r"output", scrolls_rows(set_all("output", None))),
+    Case("scrolls/data-id-is-a-list", SMODEL, r"\bid\b", scrolls_rows(set_all("id", ["a", "b"]))),
+    Case("scrolls/data-row-is-a-list", SMODEL, r"validation\.jsonl", scrolls_first_line("[1, 2]")),
+    Case("scrolls/data-row-is-a-number", SMODEL, r"validation\.jsonl", scrolls_first_line("42")),
+    Case("scrolls/data-not-utf8", SMODEL, r"UTF-8|validation\.jsonl",
+         scrolls_first_line(b'{"id": "x", "pid": "x_0", "input": "Q?\\n\\nD", "output": "caf\xe9"}')),
+    Case("scrolls/train-split-rows-without-input", SMODEL, r"input|train",
+         scrolls_rows(set_all("input", DELETE), split="train")),
+    Case("scrolls/data-corrupt-parquet", SMODEL, r"validation\.parquet",
+         scrolls_raw(b"PAR1 not really parquet PAR1", suffix=".parquet")),
+    Case("scrolls/unknown-task", SMODEL + " --tasks qmsumm", r"qmsumm"),
+    Case("scrolls/predictions-unknown-id", SPRED, r"no-such-id",
+         predictions(lambda rows: rows + [{"task": "qmsum", "id": "no-such-id", "prediction": "x"}])),
+    Case("scrolls/predictions-duplicate-id", SPRED, r"more than once|duplicate",
+         predictions(lambda rows: rows + rows[:1])),
+    Case("scrolls/predictions-row-is-a-list", SPRED, r"preds\.jsonl", predictions(raw=b'["qmsum", "id", "x"]\n')),
+    Case("scrolls/predictions-empty-file", SPRED, r"preds\.jsonl", predictions(raw=b"")),
+    Case("scrolls/predictions-prediction-null", SPRED, r"prediction",
+         predictions(lambda rows: [{**r, "prediction": None} for r in rows])),
+    Case("scrolls/predictions-for-some-examples-only", SPRED, r"allow.partial", predictions(lambda rows: rows[:1])),
+    Case("scrolls/predictions-file-is-out", SPRED + " --out {preds}", r"--out|predictions",
+         lambda c: c.copy("preds")),
+    Case("scrolls/samples-is-a-data-file", SMODEL + " --samples {sdata}/qmsum/validation.jsonl", r"samples",
+         lambda c: c.copy("sdata")),
+    Case("scrolls/out-is-a-data-file", SPRED + " --out {sdata}/qmsum/train.jsonl", r"--out",
+         lambda c: c.copy("sdata")),
+    Case("scrolls/samples-is-out", SMODEL + " --samples {out}", r"samples"),
+    Case("scrolls/shots-negative", SMODEL + " --shots -1", r"shots"),
+    Case("scrolls/stop-bad-escape", SMODEL + r" --stop '\x'", r"stop"),
+    Case("scrolls/limit-zero", SMODEL + " --limit 0", r"limit"),
+    Case("scrolls/max-new-tokens-zero", SMODEL + " --max-new-tokens 0", r"max.new.tokens"),
+    Case("scrolls/template-without-context", SMODEL + " --template 'Q: {{QUESTION}} A:'", r"template"),
+    Case("scrolls/truncation-unknown", SMODEL + " --truncation sideways", r"truncation"),
+    Case("scrolls/journal-record-without-id", SMODEL + " --resume", r"partial",
+         journal("scrolls", {"task": "qmsum", "prediction": "x"})),
+    Case("scrolls/journal-record-is-a-list", SMODEL + " --resume", r"partial", journal("scrolls", [1, 2])),
+    Case("scrolls/out-under-a-file", SPRED + " --out {work}/file.txt/r.json", r"file\.txt", make_file("file.txt", "x")),
+    # ---- academic
+    Case("academic/out-is-a-data-file", ACAD + " --out {adata}/arc_easy/test.jsonl", r"--out",
+         lambda c: c.copy("adata")),
+    Case("academic/samples-is-a-data-file", ACAD + " --samples {adata}/boolq/validation.jsonl", r"samples",
+         lambda c: c.copy("adata")),
+    Case("academic/samples-is-out", ACAD + " --samples {out}", r"samples"),
+    Case("academic/corrupt-parquet", ACAD, r"test\.parquet",
+         academic_raw("arc_easy", "test", b"PAR1 not parquet PAR1", ".parquet")),
+    Case("academic/hellaswag-label-out-of-range", ACAD + " --tasks hellaswag", r"label",
+         academic_rows("hellaswag", "validation", set_all("label", "7"))),
+    Case("academic/piqa-label-out-of-range", ACAD + " --tasks piqa", r"label",
+         academic_rows("piqa", "validation", set_all("label", 2))),
+    Case("academic/siqa-label-zero", ACAD + " --tasks siqa", r"label",
+         academic_rows("siqa", "validation", set_all("label", "0"))),
+    Case("academic/arc-answer-key-unknown", ACAD, r"answerKey", academic_rows("arc_easy", "test",
+         set_all("answerKey", "Z"))),
+    Case("academic/boolq-label-maybe", ACAD + " --tasks boolq", r"label",
+         academic_rows("boolq", "validation", set_all("label", "maybe"))),
+    Case("academic/boolq-label-out-of-range", ACAD + " --tasks boolq", r"label",
+         academic_rows("boolq", "validation", set_all("label", 2))),
+    Case("academic/unknown-task", ACAD + " --tasks arc_easyy", r"arc_easyy"),
+    Case("academic/malformed-json-line", ACAD, r"line 1", academic_raw("arc_easy", "test", b'{"id": \n')),
+    Case("academic/rows-without-question", ACAD, r"question",
+         academic_rows("arc_easy", "test", set_all("question", DELETE))),
+    Case("academic/row-is-a-list", ACAD, r"test\.jsonl|row", academic_raw("arc_easy", "test", b"[1, 2]\n")),
+    Case("academic/data-not-utf8", ACAD, r"UTF-8|test\.jsonl",
+         academic_raw("arc_easy", "test", b'{"id": "x", "question": "caf\xe9?"}\n')),
+    Case("academic/empty-split", ACAD, r"empty|test\.jsonl", academic_raw("arc_easy", "test", b"")),
+    Case("academic/shots-negative", ACAD + " --shots -1", r"shots"),
+    Case("academic/limit-zero", ACAD + " --limit 0", r"limit"),
+    Case("academic/journal-record-without-id", ACAD + " --resume", r"partial",
+         journal("academic", {"task": "arc_easy", "acc": 1.0})),
+    Case("academic/out-is-a-directory", ACAD + " --out {work}/out", r"directory"),
+    # ---- report
+    Case("report/on-a-directory", "report {work}/out", r"out|directory"),
+    Case("report/invalid-json", "report {work}/bad.json", r"bad\.json", make_file("bad.json", "{ not json")),
+    Case("report/empty-file", "report {work}/empty.json", r"empty\.json", make_file("empty.json", "")),
+    Case("report/ppl-without-lengths", "report {ppl_report}", r"lengths",
+         report_copy("ppl_report", drop_results_key("lengths"))),
+    Case("report/context-length-not-a-number", "report {ppl_report}", r"context_length",
+         report_copy("ppl_report", all_lengths("context_length", "abc"))),
+    Case("report/results-is-a-list", "report {ppl_report}", r"results",
+         report_copy("ppl_report", lambda r: r.update(results=[]))),
+    Case("report/metric-unknown-on-task-report", "report {scrolls_report} --metric foo", r"foo"),
+    Case("report/metric-unknown-on-ppl-report", "report {ppl_report} --metric foo", r"foo"),
+    Case("report/format-unknown", "report {ppl_report} --format xml", r"format|xml"),
+    Case("report/schema-version-from-the-future", "report {ppl_report}", r"schema_version",
+         report_copy("ppl_report", lambda r: r.update(schema_version=99))),
+    # ---- plot
+    Case("plot/position-curve-missing", "plot {ppl_report} --out {png} --position-curve", r"position_curve",
+         report_copy("ppl_report", drop_results_key("position_curve"))),
+    Case("plot/without-lengths", "plot {ppl_report} --out {png}", r"lengths",
+         report_copy("ppl_report", drop_results_key("lengths"))),
+    Case("plot/ppl-not-a-number", "plot {ppl_report} --out {png}", r"ppl",
+         report_copy("ppl_report", all_lengths("ppl", "high"))),
+    Case("plot/out-is-a-directory", "plot {ppl_report} --out {work}/out/dir.png", r"directory",
+         lambda c: (c.work / "out" / "dir.png").mkdir()),
+    Case("plot/out-under-a-file", "plot {ppl_report} --out {work}/file.txt/plot.png", r"file\.txt",
+         make_file("file.txt", "x")),
+    Case("plot/task-report", "plot {scrolls_report} --out {png}", r"scrolls"),
+]
+# fmt: on
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fixtures and the test
+
+
+@pytest.fixture(scope="module")
+def cli():
+    runner = Megaeval()
+    yield runner
+    runner.close()
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory, sp_model, cli) -> Base:
+    return Base(tmp_path_factory.mktemp("hostile-base"), sp_model, cli)
+
+
+def problems_of(result, expect: str) -> list[str]:
+    """Everything wrong with how a command refused bad input (empty: all good)."""
+    problems = []
+    if result.returncode != 2:
+        problems.append(f"exit code {result.returncode}, expected 2")
+    if "Traceback" in result.stdout + result.stderr:
+        problems.append("a Traceback was printed")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    if len(lines) != 1:
+        problems.append(f"stderr has {len(lines)} non-blank lines, expected exactly 1")
+    if not lines or not lines[0].startswith("error: "):
+        problems.append("stderr does not start with 'error: '")
+    elif not re.search(expect, lines[0], re.IGNORECASE):
+        problems.append(f"the error line does not match {expect!r}")
+    return problems
+
+
+def test_case_ids_are_unique():
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 60
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_refused_cleanly(case: Case, base: Base, cli: Megaeval, tmp_path: Path):
+    ctx = Ctx(base, tmp_path / "case")
+    if case.setup is not None:
+        case.setup(ctx)
+    argv = fmt_argv(case.argv, _Fields(ctx, base))
+    before = tree_state(ctx.work, base.root)
+    result = cli.run(argv, ctx.work, timeout=240)
+    after = tree_state(ctx.work, base.root)
+    problems = problems_of(result, case.expect)
+    changed = tree_diff(before, after)
+    if changed:
+        problems.append("files changed: " + "; ".join(changed[:8]))
+    ran = sorted(p.name for p in base.root.glob(f"{MARKER}*"))
+    if ran:
+        problems.append(f"code smuggled into the input ran (it created {', '.join(ran)})")
+    for p in base.root.glob(f"{MARKER}*"):  # the next case starts clean
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for p in ctx.work.rglob("*"):  # let pytest clean up what a case locked
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
+    assert not problems, "\n".join(problems) + "\n" + result.describe()
+
+
+def test_partial_predictions_are_scored_with_allow_partial(base: Base, cli: Megaeval, tmp_path: Path):
+    ctx = Ctx(base, tmp_path / "case")
+    predictions(lambda rows: rows[:1])(ctx)
+    result = cli.run(fmt_argv(SPRED + " --allow-partial", _Fields(ctx, base)), ctx.work)
+    assert result.returncode == 0, result.describe()
+    assert "Traceback" not in result.stdout + result.stderr
+    report = json.loads(ctx.out.read_text())
+    assert report["results"]["qmsum"]["n"] == 1
+    assert report["results"]["qmsum"]["coverage"] == "1/2"
