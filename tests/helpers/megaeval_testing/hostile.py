@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "data_prep" / "samples"
 AUSTEN = REPO / "data_prep" / "corpora" / "austen"
 EMBEDDED_TOKENIZER = REPO / "megaeval" / "assets" / "megalodon-tiny" / "tokenizer.model"
