@@ -1,6 +1,6 @@
 """Hostile inputs, black box: every command refuses bad input with exit code 2 and one `error: ` line.
 
-Each case runs `python -m megaeval ...` (see tests/hostile_cases.py) and checks that
+Each case runs `python -m megaeval ...` (see tests/helpers/megaeval_testing/hostile.py) and checks that
 - the exit code is 2;
 - stderr holds exactly one non-blank line, starting with `error: ` and naming the offending
   file, flag or field (a case-specific pattern);
@@ -16,14 +16,12 @@ an input damages its own copy.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pickle
 import re
 import shlex
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,25 +32,9 @@ import pytest
 import torch
 
 from megaeval.models.megalodon import save_checkpoint
+from megaeval_testing import hostile as H
+from megaeval_testing import random_model, small_args, write_stream
 
-try:  # the shared test helpers' home after the tests/ restructuring, else conftest
-    from megaeval_testing import random_model, small_args, write_stream
-except ImportError:
-    from tests.conftest import random_model, small_args, write_stream
-
-
-def _helpers():
-    """tests/hostile_cases.py, loaded by path (whatever pytest's import mode puts on sys.path)."""
-    name = "_megaeval_hostile_cases"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("hostile_cases.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-H = _helpers()
 AUSTEN, EMBEDDED_TOKENIZER, SAMPLES, Megaeval = H.AUSTEN, H.EMBEDDED_TOKENIZER, H.SAMPLES, H.Megaeval
 build_hf_llama, malicious_payload, read_jsonl, short_qmsum_rows = (
     H.build_hf_llama, H.malicious_payload, H.read_jsonl, H.short_qmsum_rows)  # fmt: skip

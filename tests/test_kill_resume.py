@@ -19,12 +19,10 @@ states them (all the stream, the bundled QMSum samples) with several kills in a 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,25 +30,9 @@ import pytest
 import torch
 
 from megaeval.models.megalodon import save_checkpoint
+from megaeval_testing import hostile as H
+from megaeval_testing import random_model, small_args, write_stream
 
-try:  # the shared test helpers' home after the tests/ restructuring, else conftest
-    from megaeval_testing import random_model, small_args, write_stream
-except ImportError:
-    from tests.conftest import random_model, small_args, write_stream
-
-
-def _helpers():
-    """tests/hostile_cases.py, loaded by path (whatever pytest's import mode puts on sys.path)."""
-    name = "_megaeval_hostile_cases"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("hostile_cases.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-H = _helpers()
 SEED = int(os.environ.get("MEGAEVAL_TEST_KILL_SEED", "20240417"))
 TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "date"}
 RUN_SETTINGS = {"out", "samples", "resume"}
