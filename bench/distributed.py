@@ -14,7 +14,14 @@ CPU seconds: on a machine shared with other work, ranks wait for each other when
 and the CPU-bound speedup (1-rank CPU seconds / busiest rank's) is what ranks that own their cores get.
 Targets (issue #10): data parallel >= 1.8x, chunk parallel >= 1.5x on 2 ranks.
 
+With --hf, the hf sequence-parallel path instead (issue #11): one sequence of --hf-tokens tokens scored
+by a random Llama (--hf-layers x --hf-hidden, 4 query and 2 K/V heads of 64, float32; or the model in
+--hf-model DIR): by one process through transformers' own attention (sdpa, 512 tokens per call), by one
+process through megaeval's sequence-parallel code, and by all ranks (score_sequence_parallel). Besides
+tokens/s it shows the K/V cache bytes each rank holds at the end (the largest over ranks).
+
     python bench/distributed.py [--segments 8] [--length 2048] [--chunks 32] [--repeats 3]
+    python bench/distributed.py --hf [--hf-tokens 8192] [--hf-model DIR]
 """
 
 from __future__ import annotations
@@ -81,6 +88,81 @@ def chunk_parallel(lm, ctx, sequence: torch.Tensor, alone: bool) -> tuple[float,
     return _finish(ctx, start, cpu, total)
 
 
+def hf_sequence(lm, ctx, sequence: torch.Tensor, how: str) -> tuple[float, float, float, int]:
+    """Seconds, busiest CPU seconds, NLL sum and the largest per-rank K/V bytes of scoring one sequence:
+    `how` = "sdpa" (rank 0 alone, lm.score), "sp1" (rank 0 alone, sequence-parallel code) or "sp" (all ranks)."""
+    from megaeval.distributed import ChunkGroup
+    from megaeval.models.hf_sequence_parallel import score_sequence_parallel
+
+    ctx.barrier()
+    start, cpu = time.perf_counter(), time.process_time()
+    total, kv = 0.0, 0
+    inputs, targets = sequence[:, :-1], sequence[:, 1:]
+    if how == "sp":
+        nll, state = score_sequence_parallel(lm, inputs, targets, ctx.chunk, keep_state=True)
+        total, kv = float(nll.double().sum()), state.nbytes()
+    elif ctx.is_main:
+        if how == "sdpa":
+            nll, state = lm.score(inputs, targets, lm.init_state(1))
+        else:
+            nll, state = score_sequence_parallel(lm, inputs, targets, ChunkGroup(), keep_state=True)
+        total, kv = float(nll.double().sum()), state.nbytes()
+    largest = torch.tensor([kv], dtype=torch.int64)
+    dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+    return (*_finish(ctx, start, cpu, total), int(largest))
+
+
+def hf_model(a: argparse.Namespace):
+    """The benchmark's hf model: --hf-model, or a random Llama made the same on every rank."""
+    if a.hf_model:
+        return megaeval.load_model(f"hf:{a.hf_model}", dtype="float32")
+    import transformers
+
+    from megaeval.models.hf import HFCausalLM
+
+    config = transformers.LlamaConfig(
+        vocab_size=4096, hidden_size=a.hf_hidden, intermediate_size=4 * a.hf_hidden, num_hidden_layers=a.hf_layers,
+        num_attention_heads=a.hf_hidden // 64, num_key_value_heads=max(1, a.hf_hidden // 128), head_dim=64,
+        max_position_embeddings=max(a.hf_tokens, 4096),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    return HFCausalLM(model, None, "random-llama", None, config.max_position_embeddings)
+
+
+def measure_hf(a: argparse.Namespace) -> dict | None:
+    """Under torchrun: the hf path one process (sdpa, and sequence-parallel code) vs all ranks, alternately,
+    best of `repeats`. Rank 0 returns the numbers."""
+    torch.set_num_threads(1)
+    lm = hf_model(a)
+    g = torch.Generator().manual_seed(0)
+    sequence = torch.randint(0, lm.model.config.vocab_size, (1, a.hf_tokens + 1), generator=g)
+    with init_distributed("cpu", int(os.environ.get("WORLD_SIZE", "1")), 600) as ctx:
+        for how in ("sdpa", "sp1", "sp"):  # warm-up
+            hf_sequence(lm, ctx, sequence[:, :257], how)
+        runs = {how: [hf_sequence(lm, ctx, sequence, how) for _ in range(a.repeats)] for how in ("sdpa", "sp1", "sp")}
+        rows = [{"how": how, "ranks": ctx.world_size if how == "sp" else 1, "tokens": a.hf_tokens,
+                 "seconds": min(r[0] for r in runs[how]), "cpu_seconds": min(r[1] for r in runs[how]),
+                 "nll_sum": runs[how][0][2], "kv_bytes_per_rank": runs[how][0][3]} for how in runs]  # fmt: skip
+        return {"hf": rows} if ctx.is_main else None
+
+
+def print_hf(out: dict) -> None:
+    """The hf table and the JSON of its numbers."""
+    rows = out["hf"]
+    base = rows[0]
+    print(f"{'hf path':<28}{'ranks':>6}{'tokens':>8}{'tokens/s':>10}{'speedup':>9}{'CPU s (busiest)':>17}"
+          f"{'KV bytes per rank':>19}{'KV vs 1 rank':>14}  nll_sum rel diff")  # fmt: skip
+    names = {"sdpa": "one process (sdpa)", "sp1": "sequence-parallel code", "sp": "sequence parallel"}
+    for r in rows:
+        tps, kv = r["tokens"] / r["seconds"], r["kv_bytes_per_rank"]
+        rel = abs(r["nll_sum"] - base["nll_sum"]) / abs(base["nll_sum"])
+        print(f"{names[r['how']]:<28}{r['ranks']:>6}{r['tokens']:>8}{tps:>10,.0f}"
+              f"{tps / (base['tokens'] / base['seconds']):>8.2f}x{r['cpu_seconds']:>17.3f}"
+              f"{kv:>19,}{kv / base['kv_bytes_per_rank']:>14.3f}  {rel:.1e}")  # fmt: skip
+    print(json.dumps(out, indent=1), flush=True)
+
+
 def measure(a: argparse.Namespace) -> dict | None:
     """Under torchrun: 1 rank (rank 0 alone, the others waiting) and all ranks, alternately, best of
     `repeats` each, so both see the same machine (it may be shared). Rank 0 returns the numbers."""
@@ -115,13 +197,22 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=32, help="chunk parallel: chunks in the one sequence")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--hf", action="store_true", help="measure the hf sequence-parallel path instead")
+    parser.add_argument("--hf-tokens", type=int, default=8192, help="hf: tokens in the one sequence")
+    parser.add_argument("--hf-layers", type=int, default=4, help="hf: layers of the random Llama")
+    parser.add_argument("--hf-hidden", type=int, default=256, help="hf: hidden size of the random Llama")
+    parser.add_argument("--hf-model", default=None, help="hf: a model directory instead of the random Llama")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # a torchrun rank
     a = parser.parse_args()
     if not a.worker:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.ranks),
-               __file__, "--worker", "--segments", str(a.segments), "--length", str(a.length),
-               "--chunks", str(a.chunks), "--repeats", str(a.repeats)]  # fmt: skip
+               __file__, "--worker", *sys.argv[1:]]  # fmt: skip
         subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return
+    if a.hf:
+        out = measure_hf(a)
+        if out is not None:
+            print_hf(out)
         return
     out = measure(a)
     if out is None:

@@ -26,7 +26,7 @@ def _commands() -> None:
 
 
 ModelArg = Annotated[
-    str | None, typer.Argument(help="Checkpoint dir or FAMILY:PATH; default: the embedded tiny model.")
+    str | None, typer.Argument(help="Checkpoint dir, FAMILY:PATH or embedded:NAME; default: embedded:megalodon-tiny.")
 ]
 ModelArgsOpt = Annotated[
     str,
@@ -40,6 +40,26 @@ KernelsOpt = Annotated[
     str | None,
     typer.Option(help="MEGALODON kernels: auto (default: Triton on CUDA, PyTorch otherwise), triton or torch."),
 ]
+
+
+BosOpt = Annotated[
+    str,
+    typer.Option(
+        "--bos",
+        help="Start contexts with BOS: auto (the model's convention: an hf tokenizer's own default, as "
+        "lm-evaluation-harness does; BOS for MEGALODON and RFA), always or never.",
+    ),
+]
+NoBosOpt = Annotated[bool, typer.Option("--no-bos", hidden=True, help="Same as --bos never.")]
+
+
+def _bos(bos: str, no_bos: bool) -> str:
+    """The --bos policy, with the old --no-bos flag as an alias of never."""
+    from .errors import fail
+
+    if no_bos and bos not in ("auto", "never"):
+        raise fail(f"--no-bos contradicts --bos {bos}", "pass one of them")
+    return "never" if no_bos else bos
 
 
 DistTimeoutOpt = Annotated[
@@ -83,7 +103,8 @@ def info(
 
 
 ModelOpt = Annotated[
-    str | None, typer.Option("--model", help="Checkpoint dir or FAMILY:PATH; default: the embedded tiny model.")
+    str | None,
+    typer.Option("--model", help="Checkpoint dir, FAMILY:PATH or embedded:NAME; default: embedded:megalodon-tiny."),
 ]
 
 
@@ -150,7 +171,7 @@ def ppl_sweep(
         str, typer.Option(help="shared (shared-prefix reuse) or naive (every segment run).")
     ] = "shared",
     chunk_parallel: Annotated[
-        int, typer.Option(help="Under torchrun: ranks that share each segment, each reading a slice (MEGALODON).")
+        int, typer.Option(help="Under torchrun: ranks that share each segment, each reading a slice (MEGALODON, hf).")
     ] = 1,
     dist_timeout: DistTimeoutOpt = 1800.0,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/ppl_sweep.json",
@@ -199,7 +220,8 @@ def scrolls(
     truncation: Annotated[
         str, typer.Option(help="Fixed-context models: drop document tokens from the middle, left or right.")
     ] = "middle",
-    bos: Annotated[bool, typer.Option(help="Start every prompt with BOS.")] = True,
+    bos: BosOpt = "auto",
+    no_bos: NoBosOpt = False,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "float32",
     kernels: KernelsOpt = None,
@@ -224,8 +246,8 @@ def scrolls(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, data_dir=data_dir, split=split,
         limit=limit, shots=shots, seed=seed, template=template, max_new_tokens=max_new_tokens,
         stop=None if stop is None else [_unescape(s) for s in stop], truncation=truncation,
-        bos=bos, device=device, dtype=dtype, kernels=kernels, predictions=predictions, allow_partial=allow_partial,
-        out=out, samples=samples, resume=resume, dist_timeout=dist_timeout,
+        bos=_bos(bos, no_bos), device=device, dtype=dtype, kernels=kernels, predictions=predictions,
+        allow_partial=allow_partial, out=out, samples=samples, resume=resume, dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_scrolls(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)
@@ -257,7 +279,8 @@ def academic(
         typer.Option(help="Local data: DIR/<task>/<split>.jsonl|.parquet|.csv in the hub schema; default: the hub."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random few-shot sampler (lm-evaluation-harness's).")] = 1234,
-    bos: Annotated[bool, typer.Option(help="Start every context with BOS.")] = True,
+    bos: BosOpt = "auto",
+    no_bos: NoBosOpt = False,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "float32",
     kernels: KernelsOpt = None,
@@ -276,7 +299,7 @@ def academic(
 
     settings = AcademicSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, shots=shots, limit=limit,
-        data_dir=data_dir, seed=seed, bos=bos, device=device, dtype=dtype, kernels=kernels, out=out,
+        data_dir=data_dir, seed=seed, bos=_bos(bos, no_bos), device=device, dtype=dtype, kernels=kernels, out=out,
         samples=samples, resume=resume, dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_academic(settings, progress=progress)

@@ -17,6 +17,8 @@ class SentencePieceTokenizer:
     there is no additional vocabulary); otherwise they take the first additional ids, BOS then EOS.
     """
 
+    adds_bos = True  # Llama 2's convention (and MEGALODON's): every text starts with BOS (`--bos auto`)
+
     def __init__(self, path: str | Path, additional_vocab_size: int = 0):
         import sentencepiece as spm
 

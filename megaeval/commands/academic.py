@@ -14,6 +14,10 @@ task's headline metric (`results.<task>.metric`, listed in `results.average_of`)
 SIQA, ARC-e and ARC-c (the Llama papers choose by likelihood per character of the completion), acc for BoolQ,
 WinoGrande and MMLU (MMLU's is the subject-size-weighted mean, i.e. over all questions), exact_match for NQ and
 TriviaQA.
+
+BOS (`bos`: auto, always, never): auto follows the model's convention (`models.base.resolve_bos`): a
+transformers tokenizer's own default, which is what lm-evaluation-harness feeds such a model, and BOS for
+the sentencepiece Llama-style families (MEGALODON, RFA). The effective choice is `settings.bos_effective`.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import fail
+from ..models.base import bos_policy, resolve_bos
 from ..runs import Run, RunSettings, open_run
 from ..tasks.academic_prepare import prepare_task
-from ..tasks.academic_requests import FewshotCache, bos_prefix, evaluate_choices, evaluate_generation
+from ..tasks.academic_requests import FewshotCache, evaluate_choices, evaluate_generation
 from ..tasks.academic_results import academic_results
 from ..tasks.data import data_folders
 from ..tasks.specs import parse_tasks
@@ -41,9 +46,12 @@ class AcademicSettings(RunSettings):
     limit: int | None = None
     data_dir: str | None = None
     seed: int = DEFAULT_SEED
-    bos: bool = True
+    bos: str = "auto"  # auto, always or never (True / False are taken as always / never)
     out: str = "reports/academic.json"
     samples: str | None = None
+
+    def __post_init__(self) -> None:
+        self.bos = bos_policy(self.bos)
 
 
 def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
@@ -56,9 +64,8 @@ def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None
     data: dict[str, Any] = {}
     prepared = {task: prepare_task(settings, task, data) for task in tasks}  # bad data fails before the model loads
 
-    def check(lm: Any) -> dict[str, Any]:
-        bos_prefix(lm, settings.bos)  # a tokenizer without BOS fails now, not at the first document
-        return {}
+    def check(lm: Any) -> dict[str, Any]:  # a tokenizer without BOS fails now, not at the first document
+        return {"bos_effective": resolve_bos(lm, settings.bos)}  # a resume must read the same tokens
 
     with open_run("academic", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
                   check=check, progress=progress, on_unit=on_unit) as run:  # fmt: skip
@@ -67,6 +74,7 @@ def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None
 
 def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) -> dict[str, Any] | None:
     cache = FewshotCache()
+    bos = resolve_bos(run.lm, settings.bos)
 
     def compute(unit: tuple[str, int]) -> dict[str, Any]:
         task, k = unit
@@ -76,10 +84,10 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) 
         if doc.group is not None:
             record["subject"] = doc.group
         if p.spec["output"] == "generate_until":
-            record.update(evaluate_generation(run.lm, p, doc, settings.bos))
+            record.update(evaluate_generation(run.lm, p, doc, bos))
         else:
             first = k == 0 or p.docs[k - 1].fewshot != doc.fewshot  # one process reads the block here
-            record.update(evaluate_choices(run.lm, p, doc, settings.bos, cache, charge_fewshot=first))
+            record.update(evaluate_choices(run.lm, p, doc, bos, cache, charge_fewshot=first))
         record["exemplar_ids"] = p.exemplar_ids[k]
         return record
 
@@ -89,5 +97,6 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) 
     if records is None:
         return None  # not rank 0
     results = academic_results(prepared, records)
-    recorded = {**asdict(settings), "per_task": {t: p.chosen for t, p in prepared.items()}}
+    per_task = {t: {**p.chosen, "bos": bos} for t, p in prepared.items()}
+    recorded = {**asdict(settings), "bos_effective": bos, "per_task": per_task}
     return run.finish(recorded, data, results, samples=records)

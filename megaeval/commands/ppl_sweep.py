@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,7 +15,6 @@ from ..distributed import DistContext
 from ..errors import fail
 from ..files import human_bytes
 from ..models import StreamingLM, parse_spec
-from ..models.megalodon.chunk_parallel import score_chunk_parallel
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.run import check_run_outputs
@@ -56,7 +56,8 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
 
     Under torchrun every rank runs this; batches are dealt out by index and folded on rank 0 in batch
     order, so the report equals one process's. With chunk_parallel P, groups of P ranks share each
-    batch, every rank reading a contiguous chunk-aligned slice of it (MEGALODON only).
+    batch, every rank reading a contiguous slice of it (MEGALODON: chunk-aligned, carrying its state; hf:
+    sequence parallel, each rank keeping its slice of the KV cache; see `chunk_parallel_scorer`).
     """
     check_run_outputs(settings, [settings.stream, parse_spec(settings.model)[1]])  # before any work
     lengths = parse_lengths(settings.lengths)
@@ -69,6 +70,8 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
 
     def check(lm: StreamingLM) -> dict[str, Any]:
         stream.check_tokenizer(lm.tokenizer)
+        if settings.chunk_parallel > 1:
+            chunk_parallel_scorer(lm, check=True)  # refuses an unsupported model on every rank, before any work
         if lm.max_context is not None:
             windows(max(lengths), lm.max_context, settings.window_policy)  # refuses early under "error"
         return {}
@@ -94,10 +97,13 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
         began = time.perf_counter()
         nll = score_batch(lm, stream, batch, settings.window_policy, run.ctx)
         seconds = time.perf_counter() - began
+        peak = meter.peak()
+        if run.ctx.chunk_parallel > 1:  # the group's leader reports the batch: the largest peak of its ranks
+            peak = group_max(run.ctx.chunk, peak)
         served = [[[length, np.add.reduceat(row[:length], bucket_edges(length)[:-1]).tolist()] for length in p.serves]
                   for p, row in zip(batch, nll, strict=True)]  # fmt: skip
         return {"length": batch[0].length, "passes": len(batch), "served": served, "seconds": seconds,
-                "peak_memory": meter.peak()}  # fmt: skip
+                "peak_memory": peak}  # fmt: skip
 
     records = run.map(range(len(batches)), key=lambda i: i, compute=compute, unit_name="tokens",
                       weight=lambda i: batches[i][0].length * len(batches[i]),
@@ -117,18 +123,49 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
     return run.finish(recorded, data, results)
 
 
+def group_max(chunk: Any, value: int) -> int:
+    """Collective over a chunk-parallel group: the largest of its ranks' `value`s."""
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64, device=chunk.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=chunk.group)
+    return int(t.item())
+
+
+def chunk_parallel_scorer(lm: StreamingLM, check: bool = False) -> Callable[..., Any]:
+    """The chunk-parallel scoring function of `lm`'s family (score_chunk_parallel for MEGALODON,
+    score_sequence_parallel for hf), or a one-line refusal; `check` also checks the model itself."""
+    if lm.family == "megalodon":
+        from ..models.megalodon.chunk_parallel import check_supported, score_chunk_parallel
+
+        if check:
+            check_supported(lm)
+        return score_chunk_parallel
+    if lm.family == "hf":
+        from ..models.hf_sequence_parallel import check_supported, score_sequence_parallel
+
+        if check:
+            check_supported(lm)
+        return score_sequence_parallel
+    raise fail(f"--chunk-parallel runs MEGALODON and hf models only, not {lm.family}", "use --chunk-parallel 1")
+
+
 def score_batch(
     lm: StreamingLM, stream: BooksStream, batch: list[Pass], policy: str, ctx: DistContext | None = None
 ) -> np.ndarray:
     """Fresh-state NLLs [len(batch), length] of the batch's passes, checked for NaN/inf (chunk parallel when
-    `ctx` groups several ranks per sequence)."""
+    `ctx` groups several ranks per sequence: every window of a window policy is one chunk-parallel pass)."""
     length = batch[0].length
     window = np.stack([np.asarray(stream.tokens[p.start : p.start + length + 1], dtype=np.int64) for p in batch])
     window = torch.from_numpy(window).to(lm.device)
+    score = None
+    if ctx is not None and ctx.chunk_parallel > 1:
+        parallel = chunk_parallel_scorer(lm)
+        score = lambda inputs, targets: parallel(lm, inputs, targets, ctx.chunk)[0]  # noqa: E731
     if lm.max_context is not None and length > lm.max_context:
-        nll = score_windows(lm, window[:, :-1], window[:, 1:], policy, lm.max_context)
-    elif ctx is not None and ctx.chunk_parallel > 1:
-        nll, _ = score_chunk_parallel(lm, window[:, :-1], window[:, 1:], ctx.chunk)
+        nll = score_windows(lm, window[:, :-1], window[:, 1:], policy, lm.max_context, score)
+    elif score is not None:
+        nll = score(window[:, :-1], window[:, 1:])
     else:
         nll, _ = lm.score(window[:, :-1], window[:, 1:], lm.init_state(len(batch)))
     nll = nll.double().cpu().numpy()

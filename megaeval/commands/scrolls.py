@@ -3,7 +3,8 @@
 Each example's prompt is the task template (default "{CONTEXT} Q: {QUESTION} A:") with the whole
 document. Few-shot exemplars come from the train split (seeded), are rendered as their full
 prompt followed by " " and their first reference, and are joined with "\\n\\n". That prefix is
-encoded once, with BOS, and its state is cloned for every example. The prefix and each example
+encoded once, after BOS under the `bos` policy (auto: the model's convention, `models.base.resolve_bos`),
+and its state is cloned for every example. The prefix and each example
 are tokenized separately, so the prefix tokens are the same for every example. Unlimited-context
 models read the whole document; fixed-context models lose document tokens (--truncation
 middle|left|right) to fit max_context - max_new_tokens. Answers are greedy, and stop at EOS or at
@@ -19,6 +20,7 @@ from typing import Any
 from ..errors import fail
 from ..metrics.scrolls import example_scores, scrolls_scores
 from ..models import StreamingLM
+from ..models.base import bos_policy, resolve_bos
 from ..runs import Run, RunSettings, open_run
 from ..runs.run import check_run_outputs
 from ..scoring.generate import greedy_generate, prefill
@@ -45,11 +47,14 @@ class ScrollsSettings(RunSettings):
     max_new_tokens: int | None = None
     stop: list[str] | None = None
     truncation: str = "middle"
-    bos: bool = True
+    bos: str = "auto"  # auto, always or never (True / False are taken as always / never)
     predictions: str | None = None
     allow_partial: bool = False
     out: str = "reports/scrolls.json"
     samples: str | None = None
+
+    def __post_init__(self) -> None:
+        self.bos = bos_policy(self.bos)
 
 
 def task_settings(settings: ScrollsSettings, task: str) -> dict[str, Any]:
@@ -106,21 +111,25 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
             pool = group_examples(rows, data[f"{task}:shots"].get("path", task))
         exemplars[task] = pick_exemplars(pool, per_task[task]["shots"], settings.seed, task)
 
+    def check(lm: StreamingLM) -> dict[str, Any]:  # a tokenizer without BOS fails now, before any example
+        return {"bos_effective": resolve_bos(lm, settings.bos)}  # a resume must read the same tokens
+
     with open_run("scrolls", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
-                  progress=progress, on_unit=on_unit) as run:  # fmt: skip
+                  check=check, progress=progress, on_unit=on_unit) as run:  # fmt: skip
         return _generate(run, settings, tasks, per_task, examples, exemplars, data)
 
 
 def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: dict, examples: dict,
               exemplars: dict, data: dict) -> dict[str, Any] | None:  # fmt: skip
     lm = run.lm
+    bos = resolve_bos(lm, settings.bos)
     prefixes: dict[str, tuple[list[int], Any, int | None]] = {}
 
     def compute(unit: tuple[str, Example]) -> dict[str, Any]:
         task, ex = unit
         choice = per_task[task]
         if task not in prefixes:
-            prefixes[task] = prepare_prefix(lm, task, choice, exemplars[task], settings.bos)
+            prefixes[task] = prepare_prefix(lm, task, choice, exemplars[task], bos)
         prefix_ids, prefix_state, budget = prefixes[task]
         ids, dropped = fit_prompt(lm, choice["template"], ex, budget, settings.truncation)
         logits, state = prefill(lm, ids, prefix_state.clone())
@@ -138,16 +147,18 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: d
     if records is None:
         return None  # not rank 0
     results = scrolls_results(tasks, per_task, records)
-    return run.finish({**asdict(settings), "per_task": per_task}, data, results, samples=records)
+    return run.finish({**asdict(settings), "bos_effective": bos, "per_task": per_task}, data, results,
+                      samples=records)  # fmt: skip
 
 
 def prepare_prefix(
-    lm: StreamingLM, task: str, choice: dict[str, Any], exemplars: list[Example], bos: bool
+    lm: StreamingLM, task: str, choice: dict[str, Any], exemplars: list[Example], bos: bool | str
 ) -> tuple[list[int], Any, int | None]:
-    """Tokens and state of BOS + the few-shot exemplars (each example starts from a clone), and the
-    prompt budget a fixed-context model leaves after them."""
+    """Tokens and state of BOS (under the policy) + the few-shot exemplars (each example starts from a clone),
+    and the prompt budget a fixed-context model leaves after them."""
     text = "".join(render_prompt(choice["template"], ex) + " " + ex.references[0] + SHOT_JOINER for ex in exemplars)
-    prefix = read_prefix(lm, ([lm.tokenizer.bos_id] if bos else []) + (lm.tokenizer.encode(text) if text else []))
+    start = [lm.tokenizer.bos_id] if resolve_bos(lm, bos) else []
+    prefix = read_prefix(lm, start + (lm.tokenizer.encode(text) if text else []))
     budget = None if lm.max_context is None else lm.max_context - choice["max_new_tokens"] - len(prefix.ids)
     if budget is not None and budget < 1:
         raise fail(f"{task}: the {choice['shots']}-shot prefix ({len(prefix.ids)} tokens) leaves no room in "

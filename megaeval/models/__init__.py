@@ -13,7 +13,9 @@ from .base import StreamingLM, Tokenizer
 from .options import parse_model_args
 from .registry import Family, families, family_defaults, register
 
-DEFAULT_MODEL = Path(__file__).resolve().parent.parent / "assets" / "megalodon-tiny"
+ASSETS = Path(__file__).resolve().parent.parent / "assets"  # the embedded models, one directory each
+DEFAULT_MODEL = ASSETS / "megalodon-tiny"
+EMBEDDED = "embedded"  # spec prefix: embedded:NAME is the model in ASSETS / NAME
 
 DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -27,14 +29,26 @@ def _family_list() -> str:
     return ", ".join(f + ":PATH" for f in families())
 
 
+def embedded_models() -> list[str]:
+    """Names of the models shipped with megaeval (spec `embedded:NAME`)."""
+    return sorted(p.name for p in ASSETS.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
 def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
-    """Split a model spec into (family, path). `None` means the embedded default model."""
+    """Split a model spec into (family, path). `None` means the embedded default model; `embedded:NAME`
+    an embedded one (its family detected)."""
     if spec is None or str(spec) == "":
         return "megalodon", DEFAULT_MODEL
     text = str(spec)
     known = families()
     prefix, sep, rest = text.partition(":")
-    if sep and prefix in known:
+    if sep and prefix == EMBEDDED:
+        names = embedded_models()
+        if rest not in names:
+            choices = ", ".join(f"{EMBEDDED}:{n}" for n in names)
+            raise fail(f"unknown embedded model {rest!r}", f"use one of: {choices}")
+        text, sep = str(ASSETS / rest), ""
+    elif sep and prefix in known:
         return prefix, Path(rest).expanduser()
     path = Path(text).expanduser()
     if sep and not path.exists() and prefix.isidentifier():
@@ -128,6 +142,7 @@ def load_tokenizer(spec: str | Path | None = None, **options: Any) -> Tokenizer:
 
 
 __all__ = [
-    "DEFAULT_MODEL", "Family", "StreamingLM", "Tokenizer", "families", "family_defaults", "load_model",
+    "ASSETS", "DEFAULT_MODEL", "Family", "StreamingLM", "Tokenizer", "embedded_models", "families", "family_defaults",
+    "load_model",
     "load_tokenizer", "model_options", "parse_device", "parse_dtype", "parse_model_args", "parse_spec", "register",
 ]  # fmt: skip

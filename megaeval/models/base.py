@@ -8,9 +8,15 @@ from typing import Any, Protocol
 
 import torch
 
+from ..errors import fail
+from ..kernels.nll import IGNORE_INDEX
+
+BOS_POLICIES = ("auto", "always", "never")
+
 
 class Tokenizer(Protocol):
-    """What megaeval needs from a tokenizer."""
+    """What megaeval needs from a tokenizer. `adds_bos` (optional): whether the model's own convention starts a
+    text with BOS (what `--bos auto` follows; a tokenizer without it is taken to add BOS when it has one)."""
 
     vocab_size: int
     bos_id: int
@@ -30,6 +36,11 @@ class StreamingLM(ABC):
     `forward` and `score` return the new state and may update the one passed in; to reuse a state
     (a few-shot prefix, say), pass `state.clone()`. State-carrying models (max_context None) keep
     a state whose size does not grow with the number of tokens consumed.
+
+    States have `clone()` (a deep copy) and `repeat(n)`: a new state for B * n sequences, row i * n + j
+    a copy of row i (every choice of a question continues the question's state in one batched call);
+    the state repeated is left as it was. Rows of a batch never affect each other, so rows of different
+    lengths can share a call padded on the right: padded positions change nothing before them.
     """
 
     family: str
@@ -56,6 +67,25 @@ class StreamingLM(ABC):
     def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
         """Per-token NLL [B, T] of `targets` given `inputs` (target -100 scores 0), and the new state."""
 
+    def forward_last(self, tokens: torch.Tensor, state: Any, last: int) -> tuple[torch.Tensor, Any]:
+        """`forward`, returning the logits of the last `last` positions only ([B, last, V]); families override it
+        to run the output layer only there (a question's last token, the positions of its choices)."""
+        tokens = torch.as_tensor(tokens)
+        keep = min(max(last, 0), tokens.shape[1])
+        if keep < tokens.shape[1]:  # read the rest as `advance` does: at most a chunk of logits alive
+            state = self.advance(tokens[:, : tokens.shape[1] - keep], state)
+        if keep == 0:
+            dtype = torch.promote_types(self.dtype, torch.float32)
+            return torch.zeros(tokens.shape[0], 0, self.tokenizer.vocab_size, dtype=dtype, device=self.device), state
+        return self.forward(tokens[:, tokens.shape[1] - keep :], state)
+
+    def advance(self, tokens: torch.Tensor, state: Any) -> Any:
+        """The state after reading tokens [B, T], when no logits are needed (a prompt, a shared context).
+
+        The same state `forward` would return; families override it to skip the output layer."""
+        _, state = self.score(tokens, torch.full_like(torch.as_tensor(tokens), IGNORE_INDEX), state)
+        return state
+
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Facts about the loaded model for `megaeval info` and reports."""
@@ -71,3 +101,30 @@ class StreamingLM(ABC):
     def weights_sha256(self) -> str | None:
         """Checksum of the weights as stored (identifies the model in reports), or None if unknown."""
         return None
+
+
+def resolve_bos(lm: StreamingLM, policy: str | bool) -> bool:
+    """Whether contexts start with BOS under `policy` (auto, always, never; True/False mean always/never).
+
+    auto follows the model's own convention: a transformers tokenizer's, i.e. BOS only if encoding a text
+    with its special tokens adds one (what transformers users and lm-evaluation-harness's HFLM get by
+    default); sentencepiece Llama-style families (MEGALODON, RFA) add BOS, as Llama 2 and the paper do.
+    """
+    policy = bos_policy(policy)
+    has_bos = lm.tokenizer.bos_id is not None and lm.tokenizer.bos_id >= 0
+    if policy == "never":
+        return False
+    if policy == "always":
+        if not has_bos:
+            raise fail("the model's tokenizer has no BOS token", "pass --bos never (or auto)")
+        return True
+    return has_bos and bool(getattr(lm.tokenizer, "adds_bos", True))
+
+
+def bos_policy(value: str | bool) -> str:
+    """A BOS policy checked: auto, always or never (True and False, the old flag's values: always, never)."""
+    if isinstance(value, bool):
+        return "always" if value else "never"
+    if value not in BOS_POLICIES:
+        raise fail(f"unknown --bos {value!r}", f"use one of: {', '.join(BOS_POLICIES)}")
+    return value

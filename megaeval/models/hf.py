@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from ..errors import fail
 from ..files import file_sha256, human_bytes
 from ..kernels.nll import IGNORE_INDEX
 from .base import StreamingLM
+from .hf_tokenizer import HFTokenizer
 from .options import as_bool
 from .registry import Family, family_defaults, register
 
@@ -54,46 +56,6 @@ def is_hf_dir(path: Path) -> bool:
         return any(path.glob("*.gguf"))
 
 
-class HFTokenizer:
-    """A transformers tokenizer seen through megaeval's Tokenizer protocol (no special tokens added)."""
-
-    def __init__(self, tok: Any, source: str):
-        self.tok = tok
-        self.tok.model_max_length = 1 << 62  # megaeval handles lengths; silence "sequence too long"
-        self.source = source
-        self.vocab_size = len(tok)
-        self.bos_id = tok.bos_token_id
-        self.eos_id = tok.eos_token_id
-        self._sha256: str | None = None
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without BOS/EOS."""
-        return self.tok(text, add_special_tokens=False)["input_ids"]
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True)
-
-    @property
-    def sha256(self) -> str:
-        """Checksum of the tokenizer's content (same for a directory and a GGUF copy of it)."""
-        if self._sha256 is None:
-            backend = getattr(self.tok, "backend_tokenizer", None)
-            content = backend.to_str() if backend is not None else json.dumps(self.tok.get_vocab(), sort_keys=True)
-            specials = json.dumps(self.tok.special_tokens_map, sort_keys=True, default=str)
-            self._sha256 = hashlib.sha256((content + specials).encode()).hexdigest()
-        return self._sha256
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "kind": f"transformers:{type(self.tok).__name__}",
-            "path": self.source,
-            "sha256": self.sha256,
-            "vocab_size": self.vocab_size,
-            "bos_id": self.bos_id,
-            "eos_id": self.eos_id,
-        }
-
-
 @dataclass
 class HFState:
     """A KV cache and the number of tokens in it."""
@@ -103,7 +65,19 @@ class HFState:
     batch_size: int
 
     def clone(self) -> HFState:
+        """A deep copy of the cache."""
         return HFState(copy.deepcopy(self.cache), self.length, self.batch_size)
+
+    def repeat(self, n: int) -> HFState:
+        """A state for batch_size * n sequences, each row's cache repeated n times (this one is left as it was)."""
+        if n == 1:
+            return self.clone()
+        cache = self.cache
+        if cache is not None:  # fresh layer objects: batch_repeat_interleave rebinds their tensors, never writes them
+            cache = copy.copy(cache)
+            cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+            cache.batch_repeat_interleave(n)
+        return HFState(cache, self.length, self.batch_size * n)
 
     def nbytes(self) -> int:
         if self.cache is None:
@@ -139,6 +113,7 @@ class HFCausalLM(StreamingLM):
         self.dtype = next(model.parameters()).dtype
         self._weights_sha256: str | None = None
         self._options = {**(options or {}), "gguf_file": gguf_file, "max_context": max_context}
+        self._takes_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
 
     def options(self) -> dict[str, Any]:
         """Effective load options, defaults included (max_context as used, gguf_file as found)."""
@@ -184,25 +159,44 @@ class HFCausalLM(StreamingLM):
             raise fail(f"token ids must lie in [0, {vocab})", "encode with this model's tokenizer")
         return tokens.long()
 
-    def _steps(self, tokens: torch.Tensor, state: HFState):
-        """Feed `tokens` in steps of STEP_TOKENS, yielding (start, logits); updates `state` in place."""
+    def _steps(self, tokens: torch.Tensor, state: HFState, first: int = 0):
+        """Feed `tokens` in steps of STEP_TOKENS, yielding (position, logits) from position `first` on (the output
+        layer runs only there when the model takes logits_to_keep); updates `state` in place."""
         if state.cache is None:
             state.cache = _transformers().DynamicCache()
         for start in range(0, tokens.shape[1], STEP_TOKENS):
             piece = tokens[:, start : start + STEP_TOKENS]
-            out = self.model(input_ids=piece, past_key_values=state.cache, use_cache=True)
+            end = start + piece.shape[1]
+            keep = end - max(first, start)  # positions of this piece whose logits are wanted
+            kwargs = {"logits_to_keep": max(keep, 1)} if self._takes_keep and keep < piece.shape[1] else {}
+            out = self.model(input_ids=piece, past_key_values=state.cache, use_cache=True, **kwargs)
             state.cache = out.past_key_values
             state.length += piece.shape[1]
-            yield start, out.logits.to(torch.promote_types(out.logits.dtype, torch.float32))
+            if keep > 0:
+                logits = out.logits[:, out.logits.shape[1] - keep :]
+                yield end - keep, logits.to(torch.promote_types(logits.dtype, torch.float32))
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:
         """Logits [B, T, V]; the state's KV cache is extended in place and returned."""
+        return self.forward_last(tokens, state, torch.as_tensor(tokens).shape[-1])
+
+    @torch.inference_mode()
+    def forward_last(self, tokens: torch.Tensor, state: HFState, last: int) -> tuple[torch.Tensor, HFState]:
+        """Logits [B, last, V] of the last `last` positions only, and the state (KV cache extended in place)."""
         tokens = self._check(tokens, state)
-        parts = [logits for _, logits in self._steps(tokens, state)]
+        first = tokens.shape[1] - min(max(last, 0), tokens.shape[1])
+        parts = [logits for _, logits in self._steps(tokens, state, first)]
         if not parts:
-            return torch.zeros(tokens.shape[0], 0, self.model.config.vocab_size, device=self.device), state
+            out_dtype = torch.promote_types(self.dtype, torch.float32)
+            return torch.zeros(
+                tokens.shape[0], 0, self.model.config.vocab_size, dtype=out_dtype, device=self.device
+            ), state
         return torch.cat(parts, dim=1), state
+
+    def advance(self, tokens: torch.Tensor, state: HFState) -> HFState:
+        """The KV cache after `tokens`, computing no logits (one position per step, when the model must)."""
+        return self.forward_last(tokens, state, 0)[1]
 
     @torch.inference_mode()
     def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:

@@ -13,13 +13,11 @@ from ..models.base import StreamingLM
 def prefill(lm: StreamingLM, ids: list[int], state: Any) -> tuple[torch.Tensor, Any]:
     """Feed `ids` (at least one) into `state`; return the last position's logits [V] and the new state.
 
-    All but the last token go through `score`, which holds one chunk of logits at a time, so a
-    whole book can be read without materialising [T, V] logits.
+    One call of `forward_last`: the output layer runs for the last position only, so a whole book can be
+    read without materialising [T, V] logits.
     """
     tokens = torch.tensor([ids], dtype=torch.long, device=lm.device)
-    if tokens.shape[1] > 1:
-        _, state = lm.score(tokens[:, :-1], tokens[:, 1:], state)
-    logits, state = lm.forward(tokens[:, -1:], state)
+    logits, state = lm.forward_last(tokens, state, 1)
     return logits[0, -1], state
 
 

@@ -2,9 +2,10 @@
 
 Multiple-choice requests are encoded as the harness encodes them (lm_eval/api/model.py `_encode_pair`):
 trailing spaces of the context move to the continuation, context tokens = encode(context), continuation
-tokens = encode(context + continuation)[len(context tokens):]. The model reads [BOS] + context tokens once
-and every choice continues from a clone of that state; a choice scores the sum of its tokens'
-log-probabilities. WinoGrande scores the shared continuation after each option's own context. NQ and
+tokens = encode(context + continuation)[len(context tokens):]. The model reads [BOS] (under the BOS
+policy, `resolve_bos`) + context tokens once, and the choices continue that state in batched calls
+(`scoring.loglik.score_pairs`); a choice scores the sum of its tokens' log-probabilities. WinoGrande scores
+the shared continuation after each option's own context: the options' common start is read once. NQ and
 TriviaQA decode greedily until "\\n", "." or "," and score exact match against every reference. Models
 with a fixed context lose context tokens from the left, as the harness truncates.
 """
@@ -17,10 +18,16 @@ from typing import Any
 from ..errors import fail
 from ..metrics.academic import choice_predictions, exact_match
 from ..models import StreamingLM
+from ..models.base import BOS_POLICIES, resolve_bos
 from ..scoring.generate import greedy_generate, prefill
-from ..scoring.loglik import Prefix, continuation_logprobs, forward_tokens, read_prefix, starts_with
+from ..scoring.loglik import Prefix, read_prefix, score_pairs
 from .academic_docs import Doc
 from .academic_prepare import PreparedTask
+
+__all__ = [
+    "BOS_POLICIES", "FewshotCache", "Scored", "bos_prefix", "encode_pair", "evaluate_choices", "evaluate_generation",
+    "resolve_bos", "score_choice_pairs", "score_requests",
+]  # fmt: skip
 
 
 @dataclass
@@ -52,13 +59,9 @@ def encode_pair(lm: StreamingLM, context: str, continuation: str) -> tuple[list[
     return context_ids, whole[len(context_ids) :]
 
 
-def bos_prefix(lm: StreamingLM, bos: bool) -> list[int]:
-    """[BOS] when asked (the tokenizer must have one), else []."""
-    if not bos:
-        return []
-    if lm.tokenizer.bos_id is None or lm.tokenizer.bos_id < 0:
-        raise fail("the model's tokenizer has no BOS token", "pass bos=False (--no-bos)")
-    return [lm.tokenizer.bos_id]
+def bos_prefix(lm: StreamingLM, bos: bool | str) -> list[int]:
+    """[BOS] when the policy asks for it (auto, always, never; True/False: always/never), else []."""
+    return [lm.tokenizer.bos_id] if resolve_bos(lm, bos) else []
 
 
 class FewshotCache:
@@ -69,54 +72,76 @@ class FewshotCache:
         self.key: tuple[tuple[int, ...], str] | None = None
         self.prefix: Prefix | None = None
 
-    def get(self, lm: StreamingLM, bos: list[int], text: str) -> tuple[Prefix | None, int]:
-        """The prefix for `text` and the tokens read to build it now (0 when cached)."""
+    def get(
+        self, lm: StreamingLM, bos: list[int], text: str, context: list[int] | None = None
+    ) -> tuple[Prefix | None, int]:
+        """The prefix for `text` and the tokens read to build it now (0 when cached).
+
+        With `context` (the ids of a context that starts with `text`), the prefix is the part of bos +
+        encode(text) that the context's own tokens start with: a byte-level BPE encodes "...\\n\\n" at the
+        end of a text as one token, but as two before a word, so the block's last tokens may differ."""
         if not text:
             return None, 0
         if self.key != (tuple(bos), text):
-            self.key, self.prefix = (tuple(bos), text), read_prefix(lm, bos + lm.tokenizer.encode(text))
+            ids = bos + lm.tokenizer.encode(text)
+            if context is not None:  # the longest start the two share
+                shared = 0
+                while shared < min(len(ids), len(context)) and ids[shared] == context[shared]:
+                    shared += 1
+                ids = ids[:shared]
+            self.key, self.prefix = (tuple(bos), text), read_prefix(lm, ids)
             return self.prefix, len(self.prefix.ids)
         return self.prefix, 0
 
 
-def score_requests(
-    lm: StreamingLM, context: list[int], continuations: list[list[int]], fewshot: Prefix | None = None
+def score_choice_pairs(
+    lm: StreamingLM, pairs: list[tuple[list[int], list[int]]], fewshot: Prefix | None = None
 ) -> Scored:
-    """Score continuations of one context; the context is read once, a few-shot prefix it starts with not again.
+    """Score (context, continuation) token pairs together: shared context tokens are read once, and a few-shot
+    prefix every context starts with not again; an empty continuation scores 0.
 
     A fixed-context model keeps, as the harness does, the last max_context + 1 tokens of each context +
-    continuation, scoring that choice on its own.
+    continuation, scoring that pair on its own.
     """
-    if not context:
-        raise fail("an empty context with bos=False cannot be scored", "keep BOS on")
-    scores: list[tuple[float, bool]] = [(0.0, True)] * len(continuations)  # an empty continuation scores 0
-    todo = [k for k, c in enumerate(continuations) if c]
-    conts = [continuations[k] for k in todo]
+    if any(not ctx for ctx, _ in pairs):
+        raise fail("an empty context with bos=False cannot be scored", "keep BOS on (--bos always)")
+    scores: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)  # an empty continuation scores 0
+    todo = [k for k, (_, cont) in enumerate(pairs) if cont]
     limit = lm.max_context
-    if limit is None or len(context) + max((len(c) for c in conts), default=1) - 1 <= limit:
-        for k, s in zip(todo, continuation_logprobs(lm, context, conts, fewshot) if conts else [], strict=True):
+    scratch = sum(len(pairs[k][0]) + len(pairs[k][1]) - 1 for k in todo)
+    if limit is None or all(len(pairs[k][0]) + len(pairs[k][1]) - 1 <= limit for k in todo):
+        batch = score_pairs(lm, [pairs[k] for k in todo], fewshot) if todo else None
+        for k, s in zip(todo, batch.scores if batch else [], strict=True):
             scores[k] = (s.logprob, s.is_greedy)
-        reused, scratch = forward_tokens(context, conts) if conts else (0, 0)
-        if conts and starts_with(context, fewshot):
-            reused -= len(fewshot.ids)
-        return Scored([s[0] for s in scores], [s[1] for s in scores], reused, scratch, 0)
+        return Scored([s[0] for s in scores], [s[1] for s in scores], batch.tokens_read if batch else 0, scratch)
     reused = dropped = 0
-    for k, cont in zip(todo, conts, strict=True):
+    for k in todo:
+        context, cont = pairs[k]
         drop = max(0, len(context) + len(cont) - 1 - limit)
         if drop >= len(context):
             raise fail(f"a continuation of {len(cont)} tokens does not fit max_context {limit}")
-        (s,) = continuation_logprobs(lm, context[drop:], [cont])
+        (s,) = score_pairs(lm, [(context[drop:], cont)]).scores
         scores[k] = (s.logprob, s.is_greedy)
         reused += len(context) - drop + len(cont) - 1
         dropped = max(dropped, drop)
     return Scored([s[0] for s in scores], [s[1] for s in scores], reused, reused, dropped)
 
 
+def score_requests(
+    lm: StreamingLM, context: list[int], continuations: list[list[int]], fewshot: Prefix | None = None
+) -> Scored:
+    """Score continuations of one context: the context is read once (a few-shot prefix it starts with not
+    again) and every continuation continues its state, in batched calls (see `score_choice_pairs`)."""
+    if not context:
+        raise fail("an empty context with bos=False cannot be scored", "keep BOS on (--bos always)")
+    return score_choice_pairs(lm, [(context, c) for c in continuations], fewshot)
+
+
 def evaluate_choices(
     lm: StreamingLM,
     prepared: PreparedTask,
     doc: Doc,
-    bos: bool,
+    bos: bool | str,
     cache: FewshotCache | None = None,
     charge_fewshot: bool | None = None,
 ) -> dict[str, Any]:
@@ -127,21 +152,19 @@ def evaluate_choices(
     so the counts are those of one uninterrupted process, however the documents were spread or resumed.
     """
     prefix = bos_prefix(lm, bos)
-    fewshot, prefix_read = (cache or FewshotCache()).get(lm, prefix, doc.fewshot)
+    if prepared.spec["output"] == "multiple_input":  # one continuation after each option's context
+        pairs = [encode_pair(lm, context, doc.continuations[0]) for context in doc.contexts]
+    else:
+        pairs = [encode_pair(lm, doc.contexts[0], c) for c in doc.continuations]
+    pairs = [(prefix + ctx, cont) for ctx, cont in pairs]
+    fewshot, prefix_read = (cache or FewshotCache()).get(lm, prefix, doc.fewshot, pairs[0][0])
     if charge_fewshot is not None:
         prefix_read = len(fewshot.ids) if charge_fewshot and fewshot is not None else 0
     scored = Scored(forward_tokens=prefix_read)
-    if prepared.spec["output"] == "multiple_input":
-        context_tokens: int | list[int] = []
-        for context in doc.contexts:
-            ctx, cont = encode_pair(lm, context, doc.continuations[0])
-            scored.extend(score_requests(lm, prefix + ctx, [cont], fewshot))
-            context_tokens.append(len(prefix + ctx))
-    else:
-        pairs = [encode_pair(lm, doc.contexts[0], c) for c in doc.continuations]
-        context = prefix + pairs[0][0]
-        scored.extend(score_requests(lm, context, [cont for _, cont in pairs], fewshot))
-        context_tokens = len(context)
+    scored.extend(score_choice_pairs(lm, pairs, fewshot))
+    context_tokens: int | list[int] = [len(ctx) for ctx, _ in pairs]
+    if prepared.spec["output"] != "multiple_input":
+        context_tokens = len(pairs[0][0])
     pred, pred_norm = choice_predictions(scored.loglikelihoods, doc.choices)
     metrics = prepared.chosen["metrics"]
     return {
@@ -153,7 +176,7 @@ def evaluate_choices(
     }  # fmt: skip
 
 
-def evaluate_generation(lm: StreamingLM, prepared: PreparedTask, doc: Doc, bos: bool) -> dict[str, Any]:
+def evaluate_generation(lm: StreamingLM, prepared: PreparedTask, doc: Doc, bos: bool | str) -> dict[str, Any]:
     """Greedy answer of a generation document and its exact match; its samples record."""
     chosen = prepared.chosen
     ids = bos_prefix(lm, bos) + lm.tokenizer.encode(doc.contexts[0])

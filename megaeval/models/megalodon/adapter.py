@@ -85,9 +85,22 @@ class MegalodonLM(StreamingLM):
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, state: MegalodonState) -> tuple[torch.Tensor, MegalodonState]:
         """Logits [B, T, V] for tokens [B, T] after `state`, and the state after them."""
+        return self.forward_last(tokens, state, torch.as_tensor(tokens).shape[-1])
+
+    @torch.inference_mode()
+    def forward_last(
+        self, tokens: torch.Tensor, state: MegalodonState, last: int
+    ) -> tuple[torch.Tensor, MegalodonState]:
+        """Logits [B, last, V] of the last `last` positions only (the output layer runs only there), and the state."""
         tokens = self._check_tokens(tokens, state)
+        first = tokens.shape[1] - min(max(last, 0), tokens.shape[1])
         logits: list[torch.Tensor] = []
-        state = self._run(tokens, state, lambda start, hidden: logits.append(self.model.logits(hidden)))
+
+        def consume(start: int, hidden: torch.Tensor) -> None:
+            if start + hidden.shape[1] > first:
+                logits.append(self.model.logits(hidden[:, max(0, first - start) :]))
+
+        state = self._run(tokens, state, consume)
         if not logits:
             out_dtype = torch.promote_types(self.dtype, torch.float32)
             return torch.zeros(tokens.shape[0], 0, self.args.out_size, dtype=out_dtype, device=self.device), state
@@ -114,6 +127,10 @@ class MegalodonLM(StreamingLM):
 
         state = self._run(inputs, state, score_step)
         return nll, state
+
+    def advance(self, tokens: torch.Tensor, state: MegalodonState) -> MegalodonState:
+        """The state after `tokens`, without computing any logits."""
+        return self.forward_last(tokens, state, 0)[1]
 
     # ------------------------------------------------------------------------------- internals
 

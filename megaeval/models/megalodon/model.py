@@ -48,6 +48,9 @@ class NormState:
     def clone(self) -> NormState:
         return NormState(self.count, self.mean.clone(), self.var.clone())
 
+    def repeat(self, n: int) -> NormState:
+        return NormState(self.count, self.mean.repeat_interleave(n, 0), self.var.repeat_interleave(n, 0))
+
 
 @dataclass
 class LayerState:
@@ -60,6 +63,12 @@ class LayerState:
 
     def clone(self) -> LayerState:
         return LayerState(self.norm.clone(), self.cema.clone(), self.k.clone(), self.v.clone())
+
+    def repeat(self, n: int) -> LayerState:
+        def rep(t: Tensor) -> Tensor:
+            return t.repeat_interleave(n, 0)
+
+        return LayerState(self.norm.repeat(n), rep(self.cema), rep(self.k), rep(self.v))
 
 
 @dataclass
@@ -75,6 +84,12 @@ class MegalodonState:
         """A deep copy (e.g. to reuse a few-shot prefix for many continuations)."""
         history = None if self.history is None else self.history.clone()
         return MegalodonState([s.clone() for s in self.layers], self.final_norm.clone(), self.position, history)
+
+    def repeat(self, n: int) -> MegalodonState:
+        """A state for B * n sequences: row i * n + j is a copy of row i (this state is left as it was)."""
+        history = None if self.history is None else self.history.repeat_interleave(n, 0)
+        layers = [s.repeat(n) for s in self.layers]
+        return MegalodonState(layers, self.final_norm.repeat(n), self.position, history)
 
     def tensors(self) -> list[Tensor]:
         """Every tensor held by the state."""

@@ -42,6 +42,9 @@ class RFALayerState:
     def clone(self) -> RFALayerState:
         return RFALayerState(self.s.clone(), self.z.clone())
 
+    def repeat(self, n: int) -> RFALayerState:
+        return RFALayerState(self.s.repeat_interleave(n, 0), self.z.repeat_interleave(n, 0))
+
 
 @dataclass
 class RFAState:
@@ -57,6 +60,10 @@ class RFAState:
     def clone(self) -> RFAState:
         """A deep copy (e.g. to reuse a few-shot prefix for many continuations)."""
         return RFAState([s.clone() for s in self.layers], self.position)
+
+    def repeat(self, n: int) -> RFAState:
+        """A state for B * n sequences: row i * n + j is a copy of row i (this state is left as it was)."""
+        return RFAState([s.repeat(n) for s in self.layers], self.position)
 
     def tensors(self) -> list[Tensor]:
         """Every tensor held by the state."""

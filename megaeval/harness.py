@@ -1,0 +1,335 @@
+"""megaeval models inside lm-evaluation-harness: the lm-eval model `megaeval` and `python -m megaeval.harness`.
+
+    python -m megaeval.harness --model megaeval --model_args pretrained=CKPT,dtype=float64 --tasks TASK ...
+
+Model args: `pretrained` (a megaeval model spec), `dtype`, `device`, any option of the model's family
+(`norm_stats`, `kernels`, `tokenizer`, `max_context`, ...; see `megaeval.load_model`), and
+
+* `bos=auto|always|never`: start every loglikelihood / generation context with BOS (auto: as `megaeval
+  academic` does by default), so both give the same numbers;
+* `rolling=full|harness`: `loglikelihood_rolling` as one pass over [BOS] + document carrying the state
+  (exact at any length; fixed-context models use `window_policy`, default disjoint), or the harness's
+  own disjoint windows of `max_length` tokens (default: the model's max_context, else 2048);
+* `max_gen_toks` (default 256): generation length when a request does not set it.
+
+`loglikelihood` reads every distinct context once and scores each continuation from a clone of its
+state (`score_requests`); `generate_until` decodes greedily on the carried state. Under torchrun the
+ranks join a process group and lm-eval splits the documents across them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from lm_eval.api.model import TemplateLM
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from .distributed import DistContext, detect_launch, init_distributed
+from .errors import MegaevalError, fail
+from .models import StreamingLM, load_model
+from .scoring.generate import greedy_generate, prefill
+from .scoring.windows import parse_window_policy, score_windows
+from .tasks.academic_requests import bos_prefix, score_requests
+
+log = logging.getLogger(__name__)
+
+BOS_POLICIES = ("auto", "always", "never")
+ROLLING_MODES = ("full", "harness")
+DEFAULT_MAX_LENGTH = 2048  # the harness's own default (HFLM) for a model without a fixed context
+DEFAULT_MAX_GEN_TOKS = 256  # the harness's own default
+
+_JOINED: DistContext | None = None  # the process group this process joined under torchrun, if any
+
+
+def bos_ids(lm: StreamingLM, policy: str) -> list[int]:
+    """The tokens every context starts with under a BOS policy (auto: BOS, `megaeval academic`'s default)."""
+    if policy not in BOS_POLICIES:
+        raise fail(f"bad bos={policy!r}", f"use one of: {', '.join(BOS_POLICIES)}")
+    return bos_prefix(lm, policy != "never")
+
+
+def loglikelihoods(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], progress: bool = False
+                   ) -> list[tuple[float, bool]]:  # fmt: skip
+    """(log-probability, is_greedy) of each (context ids, continuation ids), in the given order.
+
+    Requests are grouped by context: each distinct context is read once and its continuations are
+    scored from clones of its state, so the numbers do not depend on the order of the requests.
+    """
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (context, _) in enumerate(pairs):
+        groups.setdefault(tuple(context), []).append(i)
+    out: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
+    for context, members in tqdm(groups.items(), desc="megaeval loglikelihood", disable=not progress):
+        scored = score_requests(lm, list(context), [list(pairs[i][1]) for i in members])
+        for i, logprob, greedy in zip(members, scored.loglikelihoods, scored.is_greedy, strict=True):
+            out[i] = (logprob, greedy)
+    return out
+
+
+def rolling_full(lm: StreamingLM, ids: list[int], window_policy: str = "disjoint") -> float:
+    """log P(ids[1:] | ids[0]): one pass carrying the state, or `window_policy` windows for a fixed context."""
+    if len(ids) < 2:
+        return 0.0
+    tokens = torch.tensor([ids], dtype=torch.long, device=lm.device)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    if lm.max_context is None:
+        nll, _ = lm.score(inputs, targets, lm.init_state(1))
+    else:
+        nll = score_windows(lm, inputs, targets, window_policy, lm.max_context)
+    return -float(nll.double().sum())
+
+
+def harness_windows(tokens: list[int], prefix: int, max_length: int) -> list[tuple[list[int], list[int]]]:
+    """The harness's rolling windows of a document: (context, continuation) pairs, disjoint continuations."""
+    return [make_disjoint_window(w) for w in get_rolling_token_windows(tokens, prefix, max_length, 1)]
+
+
+def rolling_harness(lm: StreamingLM, tokens: list[int], prefix: int, max_length: int) -> float:
+    """log P(document) the harness's way: each of its windows read from a fresh state."""
+    total = 0.0
+    for context, continuation in harness_windows(tokens, prefix, max_length):
+        ids = context + continuation
+        targets = [-100] * (len(context) - 1) + continuation  # only the continuation is scored
+        inputs = torch.tensor([ids[:-1]], dtype=torch.long, device=lm.device)
+        nll, _ = lm.score(inputs, torch.tensor([targets], dtype=torch.long, device=lm.device), lm.init_state(1))
+        total -= float(nll.double().sum())
+    return total
+
+
+def generate(lm: StreamingLM, ids: list[int], until: list[str], max_gen_toks: int) -> str:
+    """Greedy continuation of `ids` on the carried state, cut at the first `until` string (or EOS)."""
+    if lm.max_context is not None:  # the harness keeps the last max_length - max_gen_toks context tokens
+        budget = lm.max_context - max_gen_toks
+        if budget < 1:
+            raise fail(f"max_context {lm.max_context} leaves no room for a prompt and {max_gen_toks} new tokens")
+        ids = ids[-budget:]
+    logits, state = prefill(lm, ids, lm.init_state(1))
+    return greedy_generate(lm, logits, state, max_gen_toks, until).text
+
+
+def _device(device: str | None) -> str:
+    """The device to load on: the harness's default cuda:0 falls back to the CPU when there is no GPU."""
+    if device is None or (str(device).startswith("cuda") and not torch.cuda.is_available()):
+        if device is not None:
+            log.warning("device %s requested but CUDA is not available: using the CPU", device)
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device)
+
+
+def _join(device: str) -> str:
+    """Under torchrun with several ranks, join them (once) and return this rank's device."""
+    global _JOINED
+    launch = detect_launch()
+    if launch is None or launch.world_size == 1 or (dist.is_available() and dist.is_initialized()):
+        return device
+    _JOINED = init_distributed("cuda" if device.startswith("cuda") else device)  # cuda -> cuda:LOCAL_RANK
+    atexit.register(_JOINED.close)
+    return str(_JOINED.device)
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if str(value) not in allowed:
+        raise fail(f"bad model arg {name}={value!r}", f"use one of: {', '.join(allowed)}")
+    return str(value)
+
+
+class MegaevalLM(TemplateLM):
+    """Any megaeval model (a StreamingLM) as an lm-evaluation-harness LM; see the module's docstring."""
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        dtype: str = "float32",
+        device: str | None = None,
+        batch_size: int | str | None = 1,
+        max_batch_size: int | None = None,
+        bos: str | bool = "auto",
+        rolling: str = "full",
+        window_policy: str = "disjoint",
+        max_length: int | None = None,
+        max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        **options: Any,
+    ) -> None:
+        """Load `pretrained` with `dtype`, `device` and the family's `options`; check the scoring args."""
+        super().__init__()
+        if pretrained is None:
+            raise fail("the megaeval model needs pretrained=SPEC", "pass --model_args pretrained=CHECKPOINT_DIR")
+        self.bos = _choice("bos", {True: "always", False: "never"}.get(bos, bos), BOS_POLICIES)  # type: ignore[call-overload]
+        self.rolling = _choice("rolling", rolling, ROLLING_MODES)
+        parse_window_policy(window_policy)
+        self.window_policy = str(window_policy)
+        self.model = load_model(str(pretrained), device=_join(_device(device)), dtype=dtype, **options)
+        self._device = self.model.device
+        self.bos_tokens = bos_ids(self.model, self.bos)
+        self.batch_size, self.max_batch_size = batch_size, max_batch_size  # accepted; requests go one context at a time
+        self._max_length = int(max_length or self.model.max_context or DEFAULT_MAX_LENGTH)
+        if self.model.max_context is not None and self._max_length > self.model.max_context:
+            raise fail(f"max_length {self._max_length} exceeds the model's max_context {self.model.max_context}")
+        self.max_gen_toks = int(max_gen_toks)
+
+    # ---------------------------------------------------------------------------- what lm-eval asks
+
+    @property
+    def eot_token_id(self) -> int:
+        """End of text: the tokenizer's EOS."""
+        return self.model.tokenizer.eos_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        """What an empty context and a rolling document are conditioned on: BOS, else EOS (as HFLM)."""
+        bos = self.model.tokenizer.bos_id
+        return bos if bos is not None and bos >= 0 else self.eot_token_id
+
+    @property
+    def max_length(self) -> int:
+        """Window length of rolling=harness and what the harness reports as max_length."""
+        return self._max_length
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (torch.distributed when initialised, else 0)."""
+        return dist.get_rank() if _distributed() else 0
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks (torch.distributed when initialised, else 1)."""
+        return dist.get_world_size() if _distributed() else 1
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's tensor, concatenated along dim 0 (0-dim tensors stacked)."""
+        if not _distributed():
+            return tensor
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list[Any] | None:
+        """Every rank's object on rank `dst` (None elsewhere)."""
+        if not _distributed():
+            return [obj]
+        out = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(obj, out, dst=dst, group=_JOINED.object_group if _JOINED else None)
+        return out
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        if _distributed():
+            dist.barrier(group=_JOINED.object_group if _JOINED else None)
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        """Plain token ids: BOS is added by the scoring methods, by policy."""
+        return self.model.tokenizer.encode(string)
+
+    def tok_decode(self, tokens: list[int], **kwargs: Any) -> str:
+        """Text of token ids."""
+        return self.model.tokenizer.decode(list(tokens))
+
+    def get_model_info(self) -> dict[str, Any]:
+        """Facts for the harness's results: the model and every choice that changes a number."""
+        return {
+            "megaeval": {
+                "model": self.model.describe(), "options": self.model.options(), "bos": self.bos,
+                "bos_tokens": self.bos_tokens, "rolling": self.rolling, "window_policy": self.window_policy,
+                "max_length": self.max_length, "max_context": self.model.max_context,
+            }
+        }  # fmt: skip
+
+    # ---------------------------------------------------------------------------- requests
+
+    def _loglikelihood_tokens(self, requests: list, disable_tqdm: bool = False, **kwargs: Any
+                              ) -> list[tuple[float, bool]]:  # fmt: skip
+        """Score ((context, continuation), context ids, continuation ids) requests, BOS by policy."""
+        pairs = []
+        for (context, _), context_ids, continuation_ids in requests:
+            prefix = self.bos_tokens if context else []  # an empty context already is [prefix_token_id]
+            pairs.append((prefix + list(context_ids), list(continuation_ids)))
+        results = loglikelihoods(self.model, pairs, progress=not disable_tqdm and self.rank == 0)
+        for (strings, _, _), result in zip(requests, results, strict=True):
+            if strings[0] is not None:
+                self.cache_hook.add_partial("loglikelihood", strings, result)
+        return results
+
+    def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
+        """Log-likelihood of each whole document, conditioned on the prefix token (see `rolling`)."""
+        out = []
+        for request in tqdm(requests, desc="megaeval rolling", disable=disable_tqdm or self.rank != 0):
+            (text,) = request.args
+            tokens = self.tok_encode(text)
+            if self.rolling == "harness":
+                value = rolling_harness(self.model, tokens, self.prefix_token_id, self.max_length)
+            else:
+                value = rolling_full(self.model, [self.prefix_token_id] + tokens, self.window_policy)
+            self.cache_hook.add_partial("loglikelihood_rolling", (text,), value)
+            out.append(value)
+        return out
+
+    def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        """Greedy generation on the carried state until a stop string, EOS or max_gen_toks."""
+        out = []
+        for request in tqdm(requests, desc="megaeval generate", disable=disable_tqdm or self.rank != 0):
+            context, gen_kwargs = request.args
+            kwargs = dict(gen_kwargs or {})
+            if kwargs.get("do_sample") or float(kwargs.get("temperature") or 0) > 0:
+                raise fail("megaeval decodes greedily only", "drop do_sample / temperature from the task's gen_kwargs")
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            ids = self.bos_tokens + self.tok_encode(context) if context else [self.prefix_token_id]
+            text = generate(self.model, ids, until, int(kwargs.get("max_gen_toks", self.max_gen_toks)))
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+            out.append(text)
+        return out
+
+
+def register() -> type[MegaevalLM]:
+    """Register MegaevalLM as lm-eval's model `megaeval` (idempotent); the harness's own models stay known."""
+    import lm_eval.models  # noqa: F401  (fills the registry first; lm-eval only does so when it is empty)
+    from lm_eval.api.registry import get_model, register_model
+
+    try:
+        current = get_model("megaeval")
+    except ValueError:
+        current = None
+    if current is not MegaevalLM:
+        register_model("megaeval")(MegaevalLM)
+    return MegaevalLM
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m megaeval.harness <lm_eval arguments>`: the harness's own CLI with `megaeval` registered."""
+    register()
+    from lm_eval.__main__ import cli_evaluate
+
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    try:
+        try:
+            cli_evaluate()
+        except BaseException as e:
+            if _JOINED is not None:  # tell the other ranks; raises the message every rank sees
+                _JOINED.__exit__(type(e), e, e.__traceback__)
+            raise
+        finally:
+            if _JOINED is not None:
+                _JOINED.close()
+    except MegaevalError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    from megaeval.harness import main as _main  # the importable module's class, the one registered
+
+    _main()
+else:
+    register()

