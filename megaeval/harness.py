@@ -49,10 +49,11 @@ _JOINED: DistContext | None = None  # the process group this process joined unde
 
 
 def bos_ids(lm: StreamingLM, policy: str) -> list[int]:
-    """The tokens every context starts with under a BOS policy (auto: BOS, `megaeval academic`'s default)."""
+    """The tokens every context starts with under a BOS policy: the same rule as `megaeval academic --bos`
+    (auto: the model's own convention)."""
     if policy not in BOS_POLICIES:
         raise fail(f"bad bos={policy!r}", f"use one of: {', '.join(BOS_POLICIES)}")
-    return bos_prefix(lm, policy != "never")
+    return bos_prefix(lm, policy)
 
 
 def loglikelihoods(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], progress: bool = False
