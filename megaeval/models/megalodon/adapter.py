@@ -29,7 +29,7 @@ from ...errors import fail
 from ...files import file_sha256, human_bytes
 from ...kernels import select
 from ...tokenizers import SentencePieceTokenizer
-from ..base import StreamingLM
+from ..chunked import ChunkedStreamingLM
 from . import checkpoint
 from .config import ModelArgs
 from .model import Megalodon, MegalodonState, complex_dtype
@@ -41,7 +41,7 @@ WINDOW_CHUNKS = WINDOW_START_CHUNKS - WINDOW_STEP_CHUNKS
 STEP_TOKENS = 2048  # tokens (all batch rows together) per internal step in cumulative mode: bounds activations
 
 
-class MegalodonLM(StreamingLM):
+class MegalodonLM(ChunkedStreamingLM):
     """A MEGALODON checkpoint as a StreamingLM with unlimited context."""
 
     family = "megalodon"
@@ -82,73 +82,25 @@ class MegalodonLM(StreamingLM):
             state.history = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
         return state
 
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, state: MegalodonState) -> tuple[torch.Tensor, MegalodonState]:
-        """Logits [B, T, V] for tokens [B, T] after `state`, and the state after them."""
-        return self.forward_last(tokens, state, torch.as_tensor(tokens).shape[-1])
-
-    @torch.inference_mode()
-    def forward_last(
-        self, tokens: torch.Tensor, state: MegalodonState, last: int
-    ) -> tuple[torch.Tensor, MegalodonState]:
-        """Logits [B, last, V] of the last `last` positions only (the output layer runs only there), and the state."""
-        tokens = self._check_tokens(tokens, state)
-        first = tokens.shape[1] - min(max(last, 0), tokens.shape[1])
-        logits: list[torch.Tensor] = []
-
-        def consume(start: int, hidden: torch.Tensor) -> None:
-            if start + hidden.shape[1] > first:
-                logits.append(self.model.logits(hidden[:, max(0, first - start) :]))
-
-        state = self._run(tokens, state, consume)
-        if not logits:
-            out_dtype = torch.promote_types(self.dtype, torch.float32)
-            return torch.zeros(tokens.shape[0], 0, self.args.out_size, dtype=out_dtype, device=self.device), state
-        return torch.cat(logits, dim=1), state
-
-    @torch.inference_mode()
-    def score(
-        self, inputs: torch.Tensor, targets: torch.Tensor, state: MegalodonState
-    ) -> tuple[torch.Tensor, MegalodonState]:
-        """NLL [B, T] of each target given the inputs so far; at most one chunk of logits is alive."""
-        inputs = self._check_tokens(inputs, state)
-        targets = torch.as_tensor(targets, device=self.device)
-        if targets.shape != inputs.shape:
-            raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
-        B, T = inputs.shape
-        nll = torch.zeros(B, T, dtype=torch.promote_types(self.dtype, torch.float32), device=self.device)
-        chunk = self.args.chunk_size
-
-        def score_step(start: int, hidden: torch.Tensor) -> None:
-            for s in range(start, start + hidden.shape[1], chunk):  # one chunk of logits at a time
-                piece = hidden[:, s - start : s - start + chunk]
-                e = s + piece.shape[1]
-                nll[:, s:e] = self.model.nll(piece, targets[:, s:e])
-
-        state = self._run(inputs, state, score_step)
-        return nll, state
-
-    def advance(self, tokens: torch.Tensor, state: MegalodonState) -> MegalodonState:
-        """The state after `tokens`, without computing any logits."""
-        return self.forward_last(tokens, state, 0)[1]
-
     # ------------------------------------------------------------------------------- internals
 
-    def _check_tokens(self, tokens: Any, state: MegalodonState) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, device=self.device)
-        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
-        if tokens.shape[0] != state.final_norm.mean.shape[0]:
-            raise fail(
-                f"tokens have batch size {tokens.shape[0]} but the state was made for {state.final_norm.mean.shape[0]}",
-                "use init_state(batch_size) with the same batch size",
-            )
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.args.vocab_size):
-            raise fail(
-                f"token ids must lie in [0, {self.args.vocab_size}), got [{int(tokens.min())}, {int(tokens.max())}]",
-                "encode with this model's tokenizer",
-            )
-        return tokens.long()
+    @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    @property
+    def out_size(self) -> int:
+        return self.args.out_size
+
+    @property
+    def score_chunk(self) -> int:
+        return self.args.chunk_size
+
+    def _batch_of(self, state: MegalodonState) -> int:
+        return state.final_norm.mean.shape[0]
+
+    def _chunk_nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.model.nll(hidden, targets)
 
     def _run(
         self, tokens: torch.Tensor, state: MegalodonState, consume: Callable[[int, torch.Tensor], None]

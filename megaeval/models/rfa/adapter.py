@@ -16,7 +16,7 @@ from ...errors import fail
 from ...files import file_sha256, human_bytes
 from ...kernels.nll import IGNORE_INDEX, nll_from_logits
 from ...tokenizers import SentencePieceTokenizer
-from ..base import StreamingLM
+from ..chunked import ChunkedStreamingLM
 from .checkpoint import (
     CheckpointInfo,
     check_state_dict,
@@ -35,7 +35,7 @@ STEP_TOKENS = 2048  # tokens (all batch rows together) per internal step: bounds
 __all__ = ["RFALM", "load", "load_tokenizer", "is_rfa_dir", "save_checkpoint", "IGNORE_INDEX", "CHUNK"]
 
 
-class RFALM(StreamingLM):
+class RFALM(ChunkedStreamingLM):
     """An RFA checkpoint as a StreamingLM with unlimited context and a constant-size state."""
 
     family = "rfa"
@@ -70,70 +70,23 @@ class RFALM(StreamingLM):
             raise fail(f"batch_size must be a positive integer, got {batch_size!r}")
         return self.model.init_state(batch_size)
 
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, state: RFAState) -> tuple[torch.Tensor, RFAState]:
-        """Logits [B, T, V] for tokens [B, T] after `state`, and the state after them."""
-        return self.forward_last(tokens, state, torch.as_tensor(tokens).shape[-1])
-
-    @torch.inference_mode()
-    def forward_last(self, tokens: torch.Tensor, state: RFAState, last: int) -> tuple[torch.Tensor, RFAState]:
-        """Logits [B, last, V] of the last `last` positions only (the output layer runs only there), and the state."""
-        tokens = self._check_tokens(tokens, state)
-        first = tokens.shape[1] - min(max(last, 0), tokens.shape[1])
-        logits: list[torch.Tensor] = []
-
-        def consume(start: int, hidden: torch.Tensor) -> None:
-            if start + hidden.shape[1] > first:
-                logits.append(self.model.logits(hidden[:, max(0, first - start) :]))
-
-        state = self._run(tokens, state, consume)
-        if not logits:
-            out_dtype = torch.promote_types(self.dtype, torch.float32)
-            return torch.zeros(tokens.shape[0], 0, self.config.vocab_size, dtype=out_dtype, device=self.device), state
-        return torch.cat(logits, dim=1), state
-
-    @torch.inference_mode()
-    def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: RFAState) -> tuple[torch.Tensor, RFAState]:
-        """NLL [B, T] of each target given the inputs so far (-100 scores 0); at most [B, chunk, V] logits live."""
-        inputs = self._check_tokens(inputs, state)
-        targets = torch.as_tensor(targets, device=self.device)
-        if targets.shape != inputs.shape:
-            raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
-        targets = targets.long()
-        B, T = inputs.shape
-        nll = torch.zeros(B, T, dtype=torch.promote_types(self.dtype, torch.float32), device=self.device)
-        chunk = self.chunk_size
-
-        def score_step(start: int, hidden: torch.Tensor) -> None:
-            for s in range(start, start + hidden.shape[1], chunk):
-                piece = hidden[:, s - start : s - start + chunk]
-                e = s + piece.shape[1]
-                nll[:, s:e] = nll_from_logits(self.model.logits(piece), targets[:, s:e])
-
-        state = self._run(inputs, state, score_step)
-        return nll, state
-
-    def advance(self, tokens: torch.Tensor, state: RFAState) -> RFAState:
-        """The state after `tokens`, without computing any logits."""
-        return self.forward_last(tokens, state, 0)[1]
-
     # ------------------------------------------------------------------------------- internals
 
-    def _check_tokens(self, tokens: Any, state: RFAState) -> torch.Tensor:
-        tokens = torch.as_tensor(tokens, device=self.device)
-        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
-        if tokens.shape[0] != state.batch_size:
-            raise fail(
-                f"tokens have batch size {tokens.shape[0]} but the state was made for {state.batch_size}",
-                "use init_state(batch_size) with the same batch size",
-            )
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.config.vocab_size):
-            raise fail(
-                f"token ids must lie in [0, {self.config.vocab_size}), got [{int(tokens.min())}, {int(tokens.max())}]",
-                "encode with this model's tokenizer",
-            )
-        return tokens.long()
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    out_size = vocab_size
+
+    @property
+    def score_chunk(self) -> int:
+        return self.chunk_size
+
+    def _batch_of(self, state: RFAState) -> int:
+        return state.batch_size
+
+    def _chunk_nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return nll_from_logits(self.model.logits(hidden), targets)
 
     def step(self, batch_size: int) -> int:
         """Tokens per row per internal step: whole chunks, about STEP_TOKENS for the whole batch."""

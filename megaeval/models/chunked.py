@@ -1,0 +1,96 @@
+"""The calls every state-carrying family implements the same way on top of its own `_run` loop.
+
+A family walks its tokens in internal steps (`_run(tokens, state, consume)` calls `consume(start, hidden)`
+with each step's final hidden states). From that one loop this base gives `forward`, `forward_last`,
+`score` (at most one chunk of logits alive), `advance` and the token checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import fail
+from .base import StreamingLM
+
+
+class ChunkedStreamingLM(StreamingLM):
+    """A StreamingLM whose family provides `_run`, `_batch_of(state)`, `vocab_size`, `out_size`,
+    `score_chunk` and `_chunk_nll(hidden, targets)`."""
+
+    vocab_size: int  # token ids accepted
+    out_size: int  # logits per position
+    score_chunk: int  # positions whose logits `score` holds at once
+
+    def _run(self, tokens: torch.Tensor, state: Any, consume: Callable[[int, torch.Tensor], None]) -> Any:
+        raise NotImplementedError
+
+    def _batch_of(self, state: Any) -> int:
+        raise NotImplementedError
+
+    def _chunk_nll(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, tokens: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """Logits [B, T, V] for tokens [B, T] after `state`, and the state after them."""
+        return self.forward_last(tokens, state, torch.as_tensor(tokens).shape[-1])
+
+    @torch.inference_mode()
+    def forward_last(self, tokens: torch.Tensor, state: Any, last: int) -> tuple[torch.Tensor, Any]:
+        """Logits [B, last, V] of the last `last` positions only (the output layer runs only there), and the state."""
+        tokens = self._check_tokens(tokens, state)
+        first = tokens.shape[1] - min(max(last, 0), tokens.shape[1])
+        logits: list[torch.Tensor] = []
+
+        def consume(start: int, hidden: torch.Tensor) -> None:
+            if start + hidden.shape[1] > first:
+                logits.append(self.model.logits(hidden[:, max(0, first - start) :]))
+
+        state = self._run(tokens, state, consume)
+        if not logits:
+            out_dtype = torch.promote_types(self.dtype, torch.float32)
+            return torch.zeros(tokens.shape[0], 0, self.out_size, dtype=out_dtype, device=self.device), state
+        return torch.cat(logits, dim=1), state
+
+    @torch.inference_mode()
+    def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        """NLL [B, T] of each target given the inputs so far (-100 scores 0); at most one chunk of logits lives."""
+        inputs = self._check_tokens(inputs, state)
+        targets = torch.as_tensor(targets, device=self.device)
+        if targets.shape != inputs.shape:
+            raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
+        targets = targets.long()
+        B, T = inputs.shape
+        nll = torch.zeros(B, T, dtype=torch.promote_types(self.dtype, torch.float32), device=self.device)
+        chunk = self.score_chunk
+
+        def score_step(start: int, hidden: torch.Tensor) -> None:
+            for s in range(start, start + hidden.shape[1], chunk):
+                piece = hidden[:, s - start : s - start + chunk]
+                e = s + piece.shape[1]
+                nll[:, s:e] = self._chunk_nll(piece, targets[:, s:e])
+
+        state = self._run(inputs, state, score_step)
+        return nll, state
+
+    def advance(self, tokens: torch.Tensor, state: Any) -> Any:
+        """The state after `tokens`, without computing any logits."""
+        return self.forward_last(tokens, state, 0)[1]
+
+    def _check_tokens(self, tokens: Any, state: Any) -> torch.Tensor:
+        tokens = torch.as_tensor(tokens, device=self.device)
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
+        if tokens.shape[0] != self._batch_of(state):
+            raise fail(
+                f"tokens have batch size {tokens.shape[0]} but the state was made for {self._batch_of(state)}",
+                "use init_state(batch_size) with the same batch size",
+            )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise fail(
+                f"token ids must lie in [0, {self.vocab_size}), got [{int(tokens.min())}, {int(tokens.max())}]",
+                "encode with this model's tokenizer",
+            )
+        return tokens.long()
