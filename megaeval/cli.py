@@ -50,6 +50,13 @@ BosOpt = Annotated[
         "lm-evaluation-harness does; BOS for MEGALODON and RFA), always or never.",
     ),
 ]
+ChunkParallelOpt = Annotated[
+    int,
+    typer.Option(
+        help="Under torchrun: ranks that share each sequence, each reading a slice and (hf) holding that slice's "
+        "KV cache (MEGALODON, hf)."
+    ),
+]
 NoBosOpt = Annotated[bool, typer.Option("--no-bos", hidden=True, help="Same as --bos never.")]
 
 
@@ -170,9 +177,7 @@ def ppl_sweep(
     schedule: Annotated[
         str, typer.Option(help="shared (shared-prefix reuse) or naive (every segment run).")
     ] = "shared",
-    chunk_parallel: Annotated[
-        int, typer.Option(help="Under torchrun: ranks that share each segment, each reading a slice (MEGALODON, hf).")
-    ] = 1,
+    chunk_parallel: ChunkParallelOpt = 1,
     dist_timeout: DistTimeoutOpt = 1800.0,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/ppl_sweep.json",
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
@@ -231,6 +236,7 @@ def scrolls(
     allow_partial: Annotated[
         bool, typer.Option(help="With --predictions: score only the examples predicted (coverage is shown).")
     ] = False,
+    chunk_parallel: ChunkParallelOpt = 1,
     dist_timeout: DistTimeoutOpt = 1800.0,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/scrolls.json",
     samples: Annotated[str | None, typer.Option(help="Per-example JSONL: prompt size, prediction, scores.")] = None,
@@ -247,7 +253,8 @@ def scrolls(
         limit=limit, shots=shots, seed=seed, template=template, max_new_tokens=max_new_tokens,
         stop=None if stop is None else [_unescape(s) for s in stop], truncation=truncation,
         bos=_bos(bos, no_bos), device=device, dtype=dtype, kernels=kernels, predictions=predictions,
-        allow_partial=allow_partial, out=out, samples=samples, resume=resume, dist_timeout=dist_timeout,
+        allow_partial=allow_partial, out=out, samples=samples, resume=resume, chunk_parallel=chunk_parallel,
+        dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_scrolls(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)
@@ -290,6 +297,7 @@ def academic(
     ] = None,
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    chunk_parallel: ChunkParallelOpt = 1,
     dist_timeout: DistTimeoutOpt = 1800.0,
 ) -> None:
     """The short-context suite of Table 1 (MMLU, BoolQ, HellaSwag, ...), as lm-evaluation-harness defines it."""
@@ -300,7 +308,7 @@ def academic(
     settings = AcademicSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, shots=shots, limit=limit,
         data_dir=data_dir, seed=seed, bos=_bos(bos, no_bos), device=device, dtype=dtype, kernels=kernels, out=out,
-        samples=samples, resume=resume, dist_timeout=dist_timeout,
+        samples=samples, resume=resume, chunk_parallel=chunk_parallel, dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_academic(settings, progress=progress)
     if report is None:  # a rank other than 0: rank 0 reports

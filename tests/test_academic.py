@@ -272,7 +272,20 @@ def test_mmlu_few_shot_block_is_read_once_per_subject_without_changing_scores(lm
         assert a["forward_tokens"] == b["forward_tokens"] - block
 
 
+def harness_truncated(lm, context: list[int], continuations: list[list[int]], limit: int) -> list[float]:
+    """The harness's log-likelihoods with max_length `limit`: (context + continuation)[-(limit + 1):][:-1]."""
+    out = []
+    for cont in continuations:
+        ids = (context + cont)[-(limit + 1) :]
+        logits, _ = lm.forward(torch.tensor([ids[:-1]]), lm.init_state(1))
+        logp = torch.log_softmax(logits[0], -1)
+        out.append(sum(float(logp[len(ids) - 1 - len(cont) + k, t]) for k, t in enumerate(cont)))
+    return out
+
+
 def test_fixed_context_models_lose_context_tokens_from_the_left(lm64, monkeypatch):
+    from megaeval.tasks.academic_requests import FewshotCache
+
     p = prepared("arc_easy")
     doc = p.docs[3]
     pairs = [encode_pair(lm64, doc.contexts[0], c) for c in doc.continuations]
@@ -280,14 +293,20 @@ def test_fixed_context_models_lose_context_tokens_from_the_left(lm64, monkeypatc
     limit = len(context) - 5
     monkeypatch.setattr(lm64, "max_context", limit)
     record = evaluate_choices(lm64, p, doc, bos=True)
-    expected = []
-    for _, cont in pairs:  # the harness's input: (context + continuation)[-(max_length + 1):][:-1]
-        ids = (context + cont)[-(limit + 1) :]
-        logits, _ = lm64.forward(torch.tensor([ids[:-1]]), lm64.init_state(1))
-        logp = torch.log_softmax(logits[0], -1)
-        expected.append(sum(float(logp[len(ids) - 1 - len(cont) + k, t]) for k, t in enumerate(cont)))
+    expected = harness_truncated(lm64, context, [cont for _, cont in pairs], limit)
     assert record["loglikelihoods"] == pytest.approx(expected, rel=0, abs=1e-9)
     assert record["truncated_tokens"] == max(len(c) for _, c in pairs) + 4
+    # a few-shot block longer than the context is never read as a prefix (an hf cache could not hold it)
+    mmlu = prepared("mmlu", limit=1)
+    doc = mmlu.docs[0]
+    pairs = [encode_pair(lm64, doc.contexts[0], c) for c in doc.continuations]
+    limit = len([lm64.tokenizer.bos_id] + lm64.tokenizer.encode(doc.fewshot)) - 1
+    monkeypatch.setattr(lm64, "max_context", limit)
+    cache = FewshotCache()
+    record = evaluate_choices(lm64, mmlu, doc, True, cache)
+    assert cache.prefix is None and record["truncated_tokens"] > 0
+    expected = harness_truncated(lm64, [lm64.tokenizer.bos_id] + pairs[0][0], [cont for _, cont in pairs], limit)
+    assert record["loglikelihoods"] == pytest.approx(expected, rel=0, abs=1e-9)
     nq = prepared("nq_open", limit=1)
     monkeypatch.setattr(lm64, "max_context", 256 + 10)  # room for 10 prompt tokens and 256 new ones
     gen = evaluate_generation(lm64, nq, nq.docs[0], bos=True)

@@ -159,9 +159,9 @@ def test_end_to_end_on_local_files_with_resume(make_checkpoint, tmp_path):
     ):
         run_scrolls(ScrollsSettings(**{**base, "max_new_tokens": 7}, out=cut.out, resume=True), progress=False)
     resumed = run_scrolls(ScrollsSettings(**base, out=cut.out, resume=True), progress=False)
-    for task in ("qasper", "qmsum"):
-        a = {k: v for k, v in whole["results"][task].items()}
-        assert resumed["results"][task] == a
+    for task in ("qasper", "qmsum"):  # the same results, but for the measured memory
+        assert resumed["results"][task].pop("peak_memory_bytes") > 0 and whole["results"][task].pop("peak_memory_bytes")
+        assert resumed["results"][task] == whole["results"][task]
     assert not (tmp_path / "cut.json.partial.jsonl").exists()
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..distributed import DistContext
+from ..distributed import group_max
 from ..errors import fail
 from ..files import human_bytes
 from ..models import StreamingLM, parse_spec
@@ -44,7 +43,6 @@ class SweepSettings(RunSettings):
     norm_stats: str | None = None
     window_policy: str = "error"
     schedule: str = "shared"
-    chunk_parallel: int = 1
     out: str = "reports/ppl_sweep.json"
 
     def family_flags(self) -> dict[str, Any]:
@@ -57,7 +55,7 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
     Under torchrun every rank runs this; batches are dealt out by index and folded on rank 0 in batch
     order, so the report equals one process's. With chunk_parallel P, groups of P ranks share each
     batch, every rank reading a contiguous slice of it (MEGALODON: chunk-aligned, carrying its state; hf:
-    sequence parallel, each rank keeping its slice of the KV cache; see `chunk_parallel_scorer`).
+    sequence parallel, each rank keeping its slice of the KV cache; `models.chunk_parallel_lm`).
     """
     check_run_outputs(settings, [settings.stream, parse_spec(settings.model)[1]])  # before any work
     lengths = parse_lengths(settings.lengths)
@@ -70,8 +68,6 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
 
     def check(lm: StreamingLM) -> dict[str, Any]:
         stream.check_tokenizer(lm.tokenizer)
-        if settings.chunk_parallel > 1:
-            chunk_parallel_scorer(lm, check=True)  # refuses an unsupported model on every rank, before any work
         if lm.max_context is not None:
             windows(max(lengths), lm.max_context, settings.window_policy)  # refuses early under "error"
         return {}
@@ -95,7 +91,7 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
             meter.reset()
             measuring["length"] = batch[0].length
         began = time.perf_counter()
-        nll = score_batch(lm, stream, batch, settings.window_policy, run.ctx)
+        nll = score_batch(lm, stream, batch, settings.window_policy)
         seconds = time.perf_counter() - began
         peak = meter.peak()
         if run.ctx.chunk_parallel > 1:  # the group's leader reports the batch: the largest peak of its ranks
@@ -123,49 +119,14 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
     return run.finish(recorded, data, results)
 
 
-def group_max(chunk: Any, value: int) -> int:
-    """Collective over a chunk-parallel group: the largest of its ranks' `value`s."""
-    import torch.distributed as dist
-
-    t = torch.tensor([value], dtype=torch.int64, device=chunk.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=chunk.group)
-    return int(t.item())
-
-
-def chunk_parallel_scorer(lm: StreamingLM, check: bool = False) -> Callable[..., Any]:
-    """The chunk-parallel scoring function of `lm`'s family (score_chunk_parallel for MEGALODON,
-    score_sequence_parallel for hf), or a one-line refusal; `check` also checks the model itself."""
-    if lm.family == "megalodon":
-        from ..models.megalodon.chunk_parallel import check_supported, score_chunk_parallel
-
-        if check:
-            check_supported(lm)
-        return score_chunk_parallel
-    if lm.family == "hf":
-        from ..models.hf_sequence_parallel import check_supported, score_sequence_parallel
-
-        if check:
-            check_supported(lm)
-        return score_sequence_parallel
-    raise fail(f"--chunk-parallel runs MEGALODON and hf models only, not {lm.family}", "use --chunk-parallel 1")
-
-
-def score_batch(
-    lm: StreamingLM, stream: BooksStream, batch: list[Pass], policy: str, ctx: DistContext | None = None
-) -> np.ndarray:
-    """Fresh-state NLLs [len(batch), length] of the batch's passes, checked for NaN/inf (chunk parallel when
-    `ctx` groups several ranks per sequence: every window of a window policy is one chunk-parallel pass)."""
+def score_batch(lm: StreamingLM, stream: BooksStream, batch: list[Pass], policy: str) -> np.ndarray:
+    """Fresh-state NLLs [len(batch), length] of the batch's passes, checked for NaN/inf (on a chunk-parallel
+    model, every window of a window policy is one chunk-parallel pass)."""
     length = batch[0].length
     window = np.stack([np.asarray(stream.tokens[p.start : p.start + length + 1], dtype=np.int64) for p in batch])
     window = torch.from_numpy(window).to(lm.device)
-    score = None
-    if ctx is not None and ctx.chunk_parallel > 1:
-        parallel = chunk_parallel_scorer(lm)
-        score = lambda inputs, targets: parallel(lm, inputs, targets, ctx.chunk)[0]  # noqa: E731
     if lm.max_context is not None and length > lm.max_context:
-        nll = score_windows(lm, window[:, :-1], window[:, 1:], policy, lm.max_context, score)
-    elif score is not None:
-        nll = score(window[:, :-1], window[:, 1:])
+        nll = score_windows(lm, window[:, :-1], window[:, 1:], policy, lm.max_context)
     else:
         nll, _ = lm.score(window[:, :-1], window[:, 1:], lm.init_state(len(batch)))
     nll = nll.double().cpu().numpy()

@@ -17,11 +17,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..distributed import group_max
 from ..errors import fail
 from ..metrics.scrolls import example_scores, scrolls_scores
 from ..models import StreamingLM
 from ..models.base import bos_policy, resolve_bos
 from ..runs import Run, RunSettings, open_run
+from ..runs.memory import PeakMemory
 from ..runs.run import check_run_outputs
 from ..scoring.generate import greedy_generate, prefill
 from ..scoring.loglik import read_prefix
@@ -31,6 +33,7 @@ from ..tasks.specs import load_spec, parse_tasks
 from .predictions import score_predictions
 
 SHOT_JOINER = "\n\n"
+MEMORY = "peak_memory_bytes"  # per example: the process's peak while reading and answering it
 
 
 @dataclass(kw_only=True)
@@ -124,6 +127,7 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: d
     lm = run.lm
     bos = resolve_bos(lm, settings.bos)
     prefixes: dict[str, tuple[list[int], Any, int | None]] = {}
+    meter = PeakMemory(lm.device)
 
     def compute(unit: tuple[str, Example]) -> dict[str, Any]:
         task, ex = unit
@@ -132,13 +136,16 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: d
             prefixes[task] = prepare_prefix(lm, task, choice, exemplars[task], bos)
         prefix_ids, prefix_state, budget = prefixes[task]
         ids, dropped = fit_prompt(lm, choice["template"], ex, budget, settings.truncation)
+        meter.reset()
         logits, state = prefill(lm, ids, prefix_state.clone())
         gen = greedy_generate(lm, logits, state, choice["max_new_tokens"], choice["stop"])
+        del logits, state
+        peak = group_max(run.ctx.chunk, meter.peak())  # a chunk-parallel group: the largest of its ranks
         return {
             "task": task, "id": ex.id, "prompt_tokens": len(prefix_ids) + len(ids), "truncated_tokens": dropped,
             "prediction": gen.text.strip(), "references": ex.references, "stop_reason": gen.stop_reason,
             "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in exemplars[task]],
-            "scores": example_scores(choice["metric"], gen.text.strip(), ex.references),
+            "scores": example_scores(choice["metric"], gen.text.strip(), ex.references), MEMORY: peak,
         }  # fmt: skip
 
     units = [(task, ex) for task in tasks for ex in examples[task]]
@@ -147,8 +154,12 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: d
     if records is None:
         return None  # not rank 0
     results = scrolls_results(tasks, per_task, records)
+    for task in results:
+        results[task].update({MEMORY: max(r.get(MEMORY, 0) for r in records if r["task"] == task),
+                              "peak_memory_method": meter.method})  # fmt: skip
+    samples = [{k: v for k, v in r.items() if k != MEMORY} for r in records]  # the samples hold no measurements
     return run.finish({**asdict(settings), "bos_effective": bos, "per_task": per_task}, data, results,
-                      samples=records)  # fmt: skip
+                      samples=samples)  # fmt: skip
 
 
 def prepare_prefix(

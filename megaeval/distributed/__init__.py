@@ -10,7 +10,7 @@ How a command's run loop uses it (every rank runs the same code)::
             result = error = None
             if unit is not None:                        # None: this group is idle in the last round
                 try:
-                    result = compute(unit)              # chunk parallel: score_chunk_parallel(..., ctx.chunk)
+                    result = compute(unit)              # chunk parallel: lm = chunk_parallel_lm(lm, ctx.chunk)
                 except MegaevalError as e:              # bad input: reported by every rank, cleanly
                     error = e
             done = gather_round(ctx, unit, result, error)   # raises on every rank if any rank failed
@@ -25,7 +25,7 @@ every rank stops within seconds with a MegaevalError ``rank N: ...``.
 
 from .context import DEFAULT_TIMEOUT_S, ChunkGroup, DistContext, Launch, detect_launch, init_distributed
 from .faults import PeerFailure, check
-from .gather import broadcast_object, gather, gather_round
+from .gather import broadcast_object, gather, gather_round, group_max
 from .sharding import num_rounds, rounds, shard
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "detect_launch",
     "gather",
     "gather_round",
+    "group_max",
     "init_distributed",
     "num_rounds",
     "rounds",

@@ -63,3 +63,15 @@ def broadcast_object(ctx: DistContext, obj: T | None) -> T:
     box = [obj if ctx.is_main else None]
     dist.broadcast_object_list(box, src=0, group=ctx.object_group)
     return box[0]  # type: ignore[return-value]
+
+
+def group_max(chunk: Any, value: int) -> int:
+    """Collective over a chunk-parallel group (ChunkGroup): the largest of its ranks' `value`s."""
+    if chunk.size == 1:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64, device=chunk.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=chunk.group)
+    return int(t.item())

@@ -11,7 +11,7 @@ import torch
 from ..errors import fail
 from .base import StreamingLM, Tokenizer
 from .options import parse_model_args
-from .registry import Family, families, family_defaults, register
+from .registry import Family, chunk_parallel_lm, families, family_defaults, register
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"  # the embedded models, one directory each
 DEFAULT_MODEL = ASSETS / "megalodon-tiny"
@@ -142,7 +142,7 @@ def load_tokenizer(spec: str | Path | None = None, **options: Any) -> Tokenizer:
 
 
 __all__ = [
-    "ASSETS", "DEFAULT_MODEL", "Family", "StreamingLM", "Tokenizer", "embedded_models", "families", "family_defaults",
-    "load_model",
+    "ASSETS", "DEFAULT_MODEL", "Family", "StreamingLM", "Tokenizer", "chunk_parallel_lm", "embedded_models",
+    "families", "family_defaults", "load_model",
     "load_tokenizer", "model_options", "parse_device", "parse_dtype", "parse_model_args", "parse_spec", "register",
 ]  # fmt: skip

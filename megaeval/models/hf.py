@@ -389,4 +389,11 @@ def load(
     return HFCausalLM(model, tokenizer, path, gguf_file, int(max_context), options)
 
 
-register(Family("hf", is_hf_dir, load, load_tokenizer, family_defaults(load)))
+def sequence_parallel(lm: HFCausalLM, chunk: Any) -> StreamingLM:
+    """An hf model over a chunk-parallel group: sequence parallel (megaeval.models.hf_sequence_parallel)."""
+    from .hf_sequence_parallel import SequenceParallelLM
+
+    return SequenceParallelLM(lm, chunk)
+
+
+register(Family("hf", is_hf_dir, load, load_tokenizer, family_defaults(load), sequence_parallel))

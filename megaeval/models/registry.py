@@ -22,6 +22,9 @@ class Family:
     load: Callable[..., Any]  # (path, device, dtype, **options) -> StreamingLM
     load_tokenizer: Callable[..., Any]  # (path, **options) -> Tokenizer
     options: dict[str, Any] = field(default_factory=dict)  # every option it accepts, with its default
+    # (lm, chunk group) -> a StreamingLM whose calls are collective over the group (--chunk-parallel P);
+    # None: the family cannot share one sequence between ranks
+    chunk_parallel: Callable[[Any, Any], Any] | None = None
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -31,6 +34,19 @@ def register(family: Family) -> Family:
     """Make a family loadable by name (FAMILY:PATH) and by detection of its checkpoint directories."""
     _FAMILIES[family.name] = family
     return family
+
+
+def chunk_parallel_lm(lm: Any, chunk: Any) -> Any:
+    """`lm` spread over the ranks of chunk-parallel group `chunk` (every call collective over the group), or a
+    one-line refusal for a family that cannot share a sequence between ranks."""
+    able = sorted(name for name, f in families().items() if f.chunk_parallel is not None)
+    family = _FAMILIES.get(getattr(lm, "family", ""))
+    if family is None or family.chunk_parallel is None:
+        from ..errors import fail
+
+        raise fail(f"--chunk-parallel runs {' and '.join(able)} models only, not {getattr(lm, 'family', lm)}",
+                   "use --chunk-parallel 1")  # fmt: skip
+    return family.chunk_parallel(lm, chunk)
 
 
 def families() -> dict[str, Family]:

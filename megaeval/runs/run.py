@@ -1,7 +1,8 @@
 """open_run: everything an evaluation does before and after its own work, once for every command.
 
 Before: the distributed context joined (one process when not launched by torchrun), outputs checked
-against inputs and each other, the model loaded with its options, its facts recorded, the resume
+against inputs and each other, the model loaded with its options (with --chunk-parallel P, spread over
+each group of P ranks: `models.chunk_parallel_lm`), its facts recorded, the resume
 journal opened against the run's fingerprint. During: `Run.map` computes each unit not yet journaled
 (a sweep batch, a SCROLLS example, an academic document). On many ranks the units are dealt out by
 index, each round's results are gathered on rank 0 in unit order and journaled there, and rank 0
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 from ..distributed import DistContext, broadcast_object, gather_round, init_distributed, rounds
 from ..errors import MegaevalError
 from ..files import check_outputs, check_writable, write_json_atomic, write_jsonl_atomic
-from ..models import StreamingLM, load_model, model_options, parse_spec
+from ..models import StreamingLM, chunk_parallel_lm, load_model, model_options, parse_spec
 from .journal import Journal
 from .progress import ProgressBar
 from .report import build_report, environment, model_facts
@@ -137,11 +138,13 @@ def open_run(
     `reads`: the files and folders the run reads besides the model; `fingerprint`: what identifies the
     run's data (checksums), so that a resume with other data is refused.
     """
-    ctx = init_distributed(settings.device, settings.chunk_parallel_ranks(), settings.dist_timeout)
+    ctx = init_distributed(settings.device, settings.chunk_parallel, settings.dist_timeout)
     try:
         out = check_run_outputs(settings, [*reads, parse_spec(settings.model)[1]])
         options = model_options(settings.model, settings.model_args, **settings.family_flags())
         lm = load_model(settings.model, device=ctx.device, dtype=settings.dtype, **options)
+        if ctx.chunk_parallel > 1:  # the group's ranks share each sequence: every model call is collective
+            lm = chunk_parallel_lm(lm, ctx.chunk)
         extra = check(lm) if check is not None else {}
         facts = model_facts(lm)
         identity = {"command": command, "settings": settings.numeric(), "weights_sha256": facts["weights_sha256"],

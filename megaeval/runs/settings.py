@@ -17,6 +17,7 @@ class RunSettings:
     kernels: str | None = None
     out: str = "reports/report.json"
     resume: bool = False
+    chunk_parallel: int = 1  # ranks sharing each sequence (under torchrun)
     dist_timeout: float = 1800.0  # seconds a rank waits for the others before the run stops
 
     # Where output goes, whether a run resumes and how long ranks wait never change its numbers.
@@ -29,10 +30,6 @@ class RunSettings:
     def family_flags(self) -> dict[str, Any]:
         """Model options given as their own flags (None: not given), merged into --model-args."""
         return {"kernels": self.kernels}
-
-    def chunk_parallel_ranks(self) -> int:
-        """Ranks that share one sequence (--chunk-parallel; 1 for commands without it)."""
-        return getattr(self, "chunk_parallel", 1)
 
     def samples_path(self) -> str | None:
         """The per-unit samples file, for commands that write one."""

@@ -13,8 +13,6 @@ the sweep's shared-prefix schedule needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from ..errors import fail
@@ -57,17 +55,12 @@ def windows(length: int, max_context: int, policy: str) -> list[tuple[int, int, 
 
 
 def score_windows(
-    lm: StreamingLM, inputs: torch.Tensor, targets: torch.Tensor, policy: str, max_context: int,
-    score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-) -> torch.Tensor:  # fmt: skip
-    """NLL [B, T] of a segment, every window read from a fresh state (by `score(inputs, targets)` when given,
-    e.g. one chunk-parallel pass per window; else by `lm.score`)."""
+    lm: StreamingLM, inputs: torch.Tensor, targets: torch.Tensor, policy: str, max_context: int
+) -> torch.Tensor:
+    """NLL [B, T] of a segment, every window read by `lm.score` from a fresh state."""
     nll = None
     for start, end, first in windows(inputs.shape[1], max_context, policy):
-        if score is not None:
-            part = score(inputs[:, start:end], targets[:, start:end])
-        else:
-            part, _ = lm.score(inputs[:, start:end], targets[:, start:end], lm.init_state(inputs.shape[0]))
+        part, _ = lm.score(inputs[:, start:end], targets[:, start:end], lm.init_state(inputs.shape[0]))
         if nll is None:
             nll = part.new_zeros(inputs.shape)
         nll[:, first:end] = part[:, first - start :]

@@ -89,6 +89,9 @@ class FewshotCache:
                 while shared < min(len(ids), len(context)) and ids[shared] == context[shared]:
                     shared += 1
                 ids = ids[:shared]
+            if lm.max_context is not None and len(ids) >= lm.max_context:
+                self.key, self.prefix = (tuple(bos), text), None  # its contexts are truncated, each read alone
+                return None, 0
             self.key, self.prefix = (tuple(bos), text), read_prefix(lm, ids)
             return self.prefix, len(self.prefix.ids)
         return self.prefix, 0

@@ -97,6 +97,12 @@ def test_scrolls_and_academic_on_two_ranks_equal_one_process(sweep_inputs, tmp_p
             assert result.returncode == 0, result.stderr
         assert numbers(tmp_path / f"{name}2.json") == numbers(tmp_path / f"{name}1.json"), name
         assert (tmp_path / f"{name}2.jsonl").read_text() == (tmp_path / f"{name}1.jsonl").read_text(), name
+    # chunk parallel: each QMSum prompt read by both ranks in slices, the answer decoded from the full state
+    out = tmp_path / "scrolls_cp"
+    result = megaeval(*scrolls, "--chunk-parallel", "2", "--out", f"{out}.json", "--samples", f"{out}.jsonl", ranks=2)
+    assert result.returncode == 0, result.stderr
+    assert numbers(out.with_suffix(".json")) == numbers(tmp_path / "scrolls1.json")
+    assert out.with_suffix(".jsonl").read_text() == (tmp_path / "scrolls1.jsonl").read_text()
 
 
 def free_port() -> int:

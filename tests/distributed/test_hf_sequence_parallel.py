@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from megaeval import MegaevalError
+from megaeval.distributed import ChunkGroup
 from megaeval_testing import AUSTEN
 from megaeval_testing import hf_ranks as work
 from megaeval_testing.distributed import run_ranks, values
@@ -62,13 +63,13 @@ def test_online_softmax_merges_shards_exactly():
 
 
 def test_other_families_are_refused_before_any_exchange():
-    from megaeval.commands.ppl_sweep import chunk_parallel_scorer
+    from megaeval.models import chunk_parallel_lm
 
     class RFA:
         family = "rfa"
 
-    with pytest.raises(MegaevalError, match="^--chunk-parallel runs MEGALODON and hf models only, not rfa"):
-        chunk_parallel_scorer(RFA())
+    with pytest.raises(MegaevalError, match="^--chunk-parallel runs hf and megalodon models only, not rfa; use --"):
+        chunk_parallel_lm(RFA(), ChunkGroup(2, 0, (0, 1)))
 
 
 def test_one_rank_is_the_model_and_the_model_keeps_its_attention(llama_dir):
@@ -103,16 +104,17 @@ def test_unhookable_and_non_causal_models_are_refused_before_any_exchange(kind, 
         score_sequence_parallel(work.tiny_model(kind), ids[:, :-1], ids[:, 1:], ChunkGroup(2, 0, (0, 1)))
 
 
-@pytest.mark.slow
 def test_prefill_decode_and_nll_on_two_ranks_equal_one_process(llama_dir, tmp_path):
     """2K-token prefill, 16 greedy steps, a replicated and a sliced continuation: logits within 1e-10 of one
-    process; NLLs within 1e-10 relative; each rank holds half the KV cache."""
+    process; NLLs within 1e-10 relative; each rank holds half the KV cache. And the rest of the contract
+    scrolls and academic use: forward_last, advance, repeated states, score_pairs."""
     rank0, rank1 = values(run_ranks(work.prefill_and_decode, 2, tmp_path, timeout=240, model_dir=llama_dir))
     for r in (rank0, rank1):
-        for key in ("prefill", "decode", "continue_20", "continue_160", "nll_token", "nll_continued"):
+        for key in ("prefill", "decode", "continue_20", "continue_160", "nll_token", "nll_continued",
+                    "forward_last", "repeat", "after_repeat", "score_pairs"):  # fmt: skip
             assert r[key] <= 1e-10, (key, r[key])
         assert r["nll_sum"] <= 1e-10
-        assert r["decode_same_tokens"] and r["greedy"][0] == r["greedy"][1]
+        assert r["decode_same_tokens"] and r["greedy"][0] == r["greedy"][1] and r["score_pairs_greedy"]
         assert r["attn_implementation"] == "sdpa"
     # the prefill splits 1024 / 1024; the decoding steps alternate, starting with the last rank
     assert rank0["kv_prefill"][0] == rank1["kv_prefill"][0] == rank0["kv_prefill"][1] // 2
@@ -197,3 +199,39 @@ def test_ppl_sweep_chunk_parallel_2_equals_one_process_with_windows(llama_dir, t
     for a, b in curves:
         for x, y in zip(a["buckets"], b["buckets"], strict=True):
             assert abs(x["mean_nll"] - y["mean_nll"]) <= 1e-10 * abs(x["mean_nll"])
+
+
+def test_scrolls_and_academic_chunk_parallel_2_equal_one_process(llama_dir, tmp_path):
+    """torchrun, --chunk-parallel 2, float64, against one process (run here): SCROLLS prompts of ~4K tokens read
+    sliced and greedy answers on the sharded cache give the same samples file (predictions, prompt sizes,
+    stops), and the report records every example's peak memory; academic choices (ARC, WinoGrande) and 5-shot
+    NQ answers give the same decisions, log-likelihoods within 1e-10."""
+    from megaeval.commands.academic import AcademicSettings, run_academic
+    from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
+    from megaeval_testing import REPO, assert_close_records, read_jsonl
+
+    data = REPO / "data_prep" / "samples"
+    model = {"model": f"hf:{llama_dir}", "dtype": "float64"}
+    scrolls = {**model, "tasks": "qmsum", "data_dir": str(data / "scrolls"), "shots": 0, "limit": 3,
+               "max_new_tokens": 6}  # fmt: skip
+    academic = {**model, "tasks": "arc_easy,winogrande,nq_open", "data_dir": str(data), "limit": 3}
+    for name, settings, run in (("scrolls", scrolls, run_scrolls), ("academic", academic, run_academic)):
+        cls = ScrollsSettings if name == "scrolls" else AcademicSettings
+        one = run(cls(**settings, out=str(tmp_path / f"{name}1.json"), samples=str(tmp_path / f"{name}1.jsonl")),
+                  progress=False)  # fmt: skip
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
+        out = tmp_path / f"{name}2"
+        two = megaeval(name, *flags, "--chunk-parallel", "2", "--out", f"{out}.json", "--samples", f"{out}.jsonl",
+                       cwd=tmp_path, ranks=2)  # fmt: skip
+        assert two.returncode == 0, two.stderr
+        two = json.loads((tmp_path / f"{name}2.json").read_text())
+        assert two["settings"]["chunk_parallel"] == 2 and two["model"]["chunk_parallel"] == 2
+        if name == "scrolls":
+            assert (tmp_path / "scrolls2.jsonl").read_text() == (tmp_path / "scrolls1.jsonl").read_text()
+            assert all(r["prompt_tokens"] > 3000 and r["truncated_tokens"] for r in read_jsonl(f"{out}.jsonl"))
+            assert two["results"]["qmsum"].pop("peak_memory_bytes") > 0
+            assert one["results"]["qmsum"].pop("peak_memory_bytes") > 0
+            assert two["results"] == one["results"]
+        else:
+            assert_close_records(read_jsonl(f"{out}.jsonl"), read_jsonl(tmp_path / "academic1.jsonl"), 1e-10)
+            assert_close_records(two["results"], one["results"], 1e-10)

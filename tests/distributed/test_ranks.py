@@ -107,6 +107,15 @@ def test_chunk_parallel_equals_one_process(tmp_path):
     assert [tuple(c["case"]) for c in values(results)[0]] == cases
 
 
+def test_chunk_parallel_model_serves_scrolls_and_academic_calls(tmp_path):
+    """The chunk-parallel MEGALODON model of scrolls and academic (prompts read chunk parallel, the last
+    positions' logits on every rank from the full state) equals one process within 1e-10."""
+    for r in values(run_ranks(work.megalodon_contract, 2, tmp_path)):
+        for key in ("forward_last", "repeat", "after_repeat", "score_pairs"):
+            assert r[key] <= 1e-10, (key, r)
+        assert r["score_pairs_greedy"]
+
+
 @pytest.mark.slow
 def test_chunk_parallel_equals_one_process_in_steps_and_float32(tmp_path):
     """Several internal steps per slice (as long segments take), and a float32 model."""

@@ -16,7 +16,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from ...errors import MegaevalError, fail
 from ...kernels.nll import IGNORE_INDEX
-from ..base import StreamingLM
+from ..group import GroupLM
 from .attention import ACTIVE, NAME, Call, Exchange, sequence_parallel_attention
 
 REPLICATE_BELOW = 32  # calls of fewer than P x this many tokens (decoding) are replicated, not sliced
@@ -40,6 +40,12 @@ class ShardLayer(DynamicLayer):
             self.keys = torch.cat([self.keys, key_states], dim=-2)
             self.values = torch.cat([self.values, value_states], dim=-2)
         return self.keys, self.values
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat each row `repeats` times (an empty shard too: its batch size must follow the state's)."""
+        if self.is_initialized:
+            self.keys = self.keys.repeat_interleave(repeats, dim=0)
+            self.values = self.values.repeat_interleave(repeats, dim=0)
 
 
 class ShardCache(Cache):
@@ -67,6 +73,15 @@ class ShardedState:
 
     def clone(self) -> ShardedState:
         return ShardedState(copy.deepcopy(self.cache), self.length, self.batch_size, [list(r) for r in self.ranges])
+
+    def repeat(self, n: int) -> ShardedState:
+        """A state for batch_size * n sequences, each row's shard repeated n times (this one is left as it was)."""
+        if n == 1:
+            return self.clone()
+        cache = copy.copy(self.cache)  # fresh layer objects: batch_repeat_interleave rebinds their tensors
+        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        cache.batch_repeat_interleave(n)
+        return ShardedState(cache, self.length, self.batch_size * n, [list(r) for r in self.ranges])
 
     def nbytes(self) -> int:
         """Bytes of this rank's keys and values (about 1/P of one process's cache)."""
@@ -189,7 +204,7 @@ def _probe(lm: Any, name: str) -> None:
                    "reproduce", "use --chunk-parallel 1")  # fmt: skip
 
 
-class SequenceParallelLM(StreamingLM):
+class SequenceParallelLM(GroupLM):
     """An hf StreamingLM spread over the `chunk.size` ranks of a chunk-parallel group (ChunkGroup).
 
     Every call is collective over the group: every rank passes the same tokens and its own part of the
@@ -199,29 +214,13 @@ class SequenceParallelLM(StreamingLM):
     (prefill, greedy_generate) runs on it unchanged, on every rank of the group.
     """
 
-    family = "hf"
-
     def __init__(self, lm: Any, chunk: Any):
         check_supported(lm)
-        self.lm, self.chunk = lm, chunk
+        super().__init__(lm, chunk)
         self.exchange = Exchange(chunk) if chunk.size > 1 else None
-        self.path, self.tokenizer, self.max_context = lm.path, lm.tokenizer, lm.max_context
-        self.device, self.dtype = lm.device, lm.dtype
 
     def init_state(self, batch_size: int) -> ShardedState:
         return ShardedState(ShardCache(), 0, batch_size, [[] for _ in range(self.chunk.size)])
-
-    def describe(self) -> dict[str, Any]:
-        return {**self.lm.describe(), "sequence_parallel": self.chunk.size}
-
-    def options(self) -> dict[str, Any]:
-        return self.lm.options()
-
-    def info_rows(self) -> list[tuple[str, str]]:
-        return [*self.lm.info_rows(), ("sequence parallel", f"{self.chunk.size} ranks")]
-
-    def weights_sha256(self) -> str | None:
-        return self.lm.weights_sha256()
 
     # ------------------------------------------------------------------------------------ calls
 
@@ -269,27 +268,59 @@ class SequenceParallelLM(StreamingLM):
         pieces = self.exchange.all_gather(padded)
         return torch.cat([p[:, : b - a] for p, (a, b) in zip(pieces, bounds, strict=True)], dim=1)
 
+    def _begin(self, tokens: Any, targets: Any, state: ShardedState) -> Tensor:
+        """Every rank must be given the same call, and the tokens must fit the model and the state."""
+        tokens = torch.as_tensor(tokens, device=self.device)
+        self._agree(tokens, targets, state)
+        return self.lm._check(tokens, state)
+
+    def _empty(self, tokens: Tensor) -> Tensor:
+        dtype = torch.promote_types(self.dtype, torch.float32)
+        return torch.zeros(tokens.shape[0], 0, self.lm.model.config.vocab_size, dtype=dtype, device=self.device)
+
     @torch.inference_mode()
     def forward(self, tokens: Tensor, state: ShardedState) -> tuple[Tensor, ShardedState]:
         """Logits [B, T, V] on every rank of the group (a sliced call gathers every rank's slice)."""
-        tokens = torch.as_tensor(tokens, device=self.device)
-        self._agree(tokens, None, state)
-        tokens = self.lm._check(tokens, state)
-        if tokens.shape[1] == 0:
-            return torch.zeros(tokens.shape[0], 0, self.lm.model.config.vocab_size, device=self.device), state
-        hidden, _, replicated = self._hidden(tokens, state)
-        logits = _head(self.lm.model, hidden)
-        return (logits if replicated else self._gather(logits, tokens.shape[1])), state
+        return self.forward_last(tokens, state, torch.as_tensor(tokens).shape[-1])
+
+    @torch.inference_mode()
+    def forward_last(self, tokens: Tensor, state: ShardedState, last: int) -> tuple[Tensor, ShardedState]:
+        """Logits [B, last, V] of the call's last `last` positions on every rank; the output layer runs only
+        there, on the rank whose slice holds each position."""
+        tokens = self._begin(tokens, None, state)
+        T = tokens.shape[1]
+        first = T - min(max(last, 0), T)
+        if T == 0 or first == T:
+            if T:
+                self._hidden(tokens, state)
+            return self._empty(tokens), state
+        hidden, (a, b), replicated = self._hidden(tokens, state)
+        if replicated:
+            return _head(self.lm.model, hidden[:, first:]), state
+        if first == 0:
+            return self._gather(_head(self.lm.model, hidden), T), state
+        lo = max(a, first)  # this rank's part of the wanted positions: [lo, b)
+        part = _head(self.lm.model, hidden[:, lo - a :]) if lo < b else None
+        mine = torch.zeros(tokens.shape[0], T - first, self.lm.model.config.vocab_size, device=self.device,
+                           dtype=torch.promote_types(self.dtype, torch.float32))  # fmt: skip
+        if part is not None:
+            mine[:, lo - first : b - first] = part
+        pieces = self.exchange.all_gather(mine)
+        owners = [max(0, min(e, T) - max(s, first)) for s, e in slice_bounds(T, self.chunk.size)]
+        return torch.cat([p[:, sum(owners[:i]) : sum(owners[: i + 1])] for i, p in enumerate(pieces)], 1), state
+
+    @torch.inference_mode()
+    def advance(self, tokens: Tensor, state: ShardedState) -> ShardedState:
+        """The state after `tokens` (each rank's KV shard extended), computing no logits."""
+        return self.forward_last(tokens, state, 0)[1]
 
     @torch.inference_mode()
     def score(self, inputs: Tensor, targets: Tensor, state: ShardedState) -> tuple[Tensor, ShardedState]:
         """NLL [B, T] of `targets` on every rank; each rank holds at most STEP_TOKENS positions of logits."""
         from ..hf import STEP_TOKENS
 
-        inputs = torch.as_tensor(inputs, device=self.device)
         targets = torch.as_tensor(targets, device=self.device)
-        self._agree(inputs, targets, state)
-        inputs = self.lm._check(inputs, state)
+        inputs = self._begin(inputs, targets, state)
         if targets.shape != inputs.shape:
             raise fail(f"targets shape {list(targets.shape)} differs from inputs shape {list(inputs.shape)}")
         B, T = inputs.shape

@@ -17,4 +17,12 @@ __all__ = [
     "MegalodonState",
 ]
 
-register(Family("megalodon", is_checkpoint_dir, load, load_tokenizer, family_defaults(load)))
+
+def chunk_parallel(lm: MegalodonLM, chunk: object) -> object:
+    """MEGALODON over a chunk-parallel group (megaeval.models.megalodon.parallel_lm)."""
+    from .parallel_lm import ChunkParallelLM
+
+    return ChunkParallelLM(lm, chunk)
+
+
+register(Family("megalodon", is_checkpoint_dir, load, load_tokenizer, family_defaults(load), chunk_parallel))

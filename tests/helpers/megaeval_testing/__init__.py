@@ -86,3 +86,24 @@ def write_stream(
     }  # fmt: skip
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return out_dir
+
+
+def assert_close_records(actual, expected, rel: float, where: str = "") -> None:
+    """Equal JSON values, numbers (not bools) within `rel` of the expected one's magnitude (at least 1)."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict) and actual.keys() == expected.keys(), (where, actual, expected)
+        for k in expected:
+            assert_close_records(actual[k], expected[k], rel, f"{where}.{k}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), (where, actual, expected)
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_close_records(a, e, rel, f"{where}[{i}]")
+    elif isinstance(expected, float) and not isinstance(actual, bool) and isinstance(actual, (int, float)):
+        assert abs(actual - expected) <= rel * max(1.0, abs(expected)), (where, actual, expected)
+    else:
+        assert actual == expected, (where, actual, expected)
+
+
+def read_jsonl(path: Path) -> list:
+    """The records of a JSONL file."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]

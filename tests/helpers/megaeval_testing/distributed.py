@@ -229,6 +229,18 @@ def chunk_parallel_cases(rank, world, init_method, cases, step_tokens=None):
     return out
 
 
+def megalodon_contract(rank, world, init_method):
+    """MEGALODON as scrolls and academic get it under --chunk-parallel (models.chunk_parallel_lm): the calls
+    they make (forward_last, advance, repeated states, score_pairs) against one process, float64, chunk 8."""
+    from megaeval.models import chunk_parallel_lm
+
+    from .hf_ranks import contract_calls
+
+    with join(rank, world, init_method, world, TIMEOUT_S) as ctx:
+        lm = _lm(torch.float64)
+        return contract_calls(lm, chunk_parallel_lm(lm, ctx.chunk))
+
+
 def chunk_parallel_refusals(rank, world, init_method):
     from megaeval.models.megalodon.chunk_parallel import score_chunk_parallel
 

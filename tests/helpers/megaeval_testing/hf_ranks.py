@@ -120,7 +120,41 @@ def prefill_and_decode(rank, world, init_method, model_dir, prefill=2048, steps=
         out["nll_sum"] = abs(float(nll.sum() - ref_nll.sum())) / float(ref_nll.sum())
         out["nll_token"] = rel(nll, ref_nll)
         out["nll_continued"] = rel(nll2, ref_nll2)
+        out.update(contract_calls(lm, sp))
         out["attn_implementation"] = lm.model.config._attn_implementation  # restored after every call
+    return out
+
+
+def contract_calls(lm: Any, sp: Any) -> dict[str, float]:
+    """What scrolls and academic call besides forward and score, against one process: forward_last across
+    the slice boundary, advance, repeated states in batched calls (sliced and replicated), and score_pairs
+    (an academic question's choices from a few-shot prefix)."""
+    from megaeval.scoring.loglik import read_prefix, score_pairs
+
+    out = {}
+    ids = tokens(1, 300, seed=5)
+    mine, state = sp.forward_last(ids, sp.init_state(1), 200)  # 200 of the 300: slices 0..150, 150..300
+    ref, ref_state = lm.forward_last(ids, lm.init_state(1), 200)
+    out["forward_last"] = rel(mine, ref)
+    state, ref_state = sp.advance(ids[:, :40], state), lm.advance(ids[:, :40], ref_state)  # replicated
+    worst = 0.0
+    for n, last, seed in ((40, 10, 6), (100, 100, 7)):  # 3 rows from one state: replicated, then sliced
+        more = tokens(3, n, seed)
+        mine, _ = sp.forward_last(more, state.repeat(3), last)
+        ref, _ = lm.forward_last(more, ref_state.repeat(3), last)
+        worst = max(worst, rel(mine, ref))
+    out["repeat"] = worst
+    mine, _ = sp.forward_last(tokens(1, 5, seed=30), state, 1)  # the state repeated above is unchanged
+    ref, _ = lm.forward_last(tokens(1, 5, seed=30), ref_state, 1)
+    out["after_repeat"] = rel(mine, ref)
+    prefix_ids = tokens(1, 90, seed=8)[0].tolist()
+    pairs = [(prefix_ids + tokens(1, 5 + i, seed=9 + i)[0].tolist(), tokens(1, 1 + 2 * i, seed=20 + i)[0].tolist())
+             for i in range(4)]  # fmt: skip
+    mine = score_pairs(sp, pairs, read_prefix(sp, prefix_ids))
+    theirs = score_pairs(lm, pairs, read_prefix(lm, prefix_ids))
+    out["score_pairs"] = max(abs(a.logprob - b.logprob) / abs(b.logprob) for a, b in
+                             zip(mine.scores, theirs.scores, strict=True))  # fmt: skip
+    out["score_pairs_greedy"] = [a.is_greedy for a in mine.scores] == [b.is_greedy for b in theirs.scores]
     return out
 
 
