@@ -37,9 +37,14 @@ def one_line_on_both(rank0: dict, rank1: dict, key: str) -> str:
 # ------------------------------------------------------------------------------------ library
 
 
-def test_online_softmax_merges_shards_exactly():
-    """Partial states over disjoint key sets (any split, tiles of 3), merged, equal plain causal attention."""
+@pytest.mark.parametrize("fused", [True, False])
+def test_online_softmax_merges_shards_exactly(fused, monkeypatch):
+    """Partial states over disjoint key sets (any split, tiles of 3), merged, equal plain causal attention,
+    with visible and same-position causal tiles through PyTorch's fused CPU attention or all explicit."""
     from megaeval.models.hf_sequence_parallel import OnlineSoftmax, attention
+
+    assert attention.FUSED  # this torch has the fused CPU kernel, so `fused` really switches paths
+    monkeypatch.setattr(attention, "FUSED", fused)
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, h, 10, 4, generator=g, dtype=torch.float64) for h in (4, 2, 2))

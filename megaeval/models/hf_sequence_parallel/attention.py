@@ -21,6 +21,9 @@ from ...errors import fail
 
 NAME = "megaeval_sequence_parallel"  # the registered attention implementation
 TILE = 1024  # queries and keys per block of scores: bounds the [B, H, TILE, TILE] temporaries
+# Tiles whose keys are all visible, and causal tiles of identical positions, go through PyTorch's fused CPU
+# attention (with its log-sum-exp); others (sliding windows, soft caps, shifted tiles, GPUs) explicitly.
+FUSED = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
 
 
 class Exchange:
@@ -111,14 +114,45 @@ class OnlineSoftmax:
                 q_lo, q_hi = int(self.qpos[a]), int(self.qpos[b - 1])
                 if k_lo > q_hi or (w is not None and k_hi <= q_lo - w):
                     continue  # every key of the tile is masked for every query
+                partial = k_hi > q_lo or (w is not None and k_lo <= q_hi - w)
+                if FUSED and self.softcap is None and self.q.device.type == "cpu":
+                    if not partial:  # every key visible to every query
+                        self._fused(a, b, kt, vt, causal=False)
+                        continue
+                    if w is None and (q_lo, q_hi, b - a) == (k_lo, k_hi, e - c) and q_hi - q_lo + 1 == b - a:
+                        self._fused(a, b, kt, vt, causal=True)  # the same contiguous positions: plain causal
+                        continue
                 s = torch.matmul(self.q[..., a:b, :], kt).mul_(self.scale)  # [B, Hkv, G, tq, tk]
                 if self.softcap is not None:
                     s = s.div_(self.softcap).tanh_().mul_(self.softcap)
-                if k_hi > q_lo or (w is not None and k_lo <= q_hi - w):
+                if partial:
                     qp, kp = self.qpos[a:b].to(s.device)[:, None], kpos[c:e].to(s.device)[None, :]
                     allowed = kp <= qp if w is None else (kp <= qp) & (kp > qp - w)
                     s.masked_fill_(~allowed, float("-inf"))
                 self._update(a, b, s, vt)
+
+    def _fused(self, a: int, b: int, kt: Tensor, vt: Tensor, causal: bool) -> None:
+        """Queries a..b against one key tile (kt [B, Hkv, 1, d, tk], vt [B, Hkv, 1, tk, d]) with PyTorch's fused
+        CPU attention, which also returns the log-sum-exp that folds the tile in exactly."""
+        B, Hkv, G, _, d = self.q.shape
+        t = b - a
+        q = self.q[..., a:b, :]
+        k, v = kt.squeeze(2).transpose(-1, -2), vt.squeeze(2)
+        if causal and G > 1:  # each query head against its key head's tile (causal masks by index)
+            q = q.reshape(B, Hkv * G, t, d)
+            k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+        else:  # a key head's G query heads read as one longer run of queries
+            q = q.reshape(B, Hkv, G * t, d)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q.contiguous(), k.contiguous(), v.contiguous(), 0.0, causal, scale=self.scale
+        )
+        out, lse = out.reshape(B, Hkv, G, t, d).to(self.dtype), lse.reshape(B, Hkv, G, t).to(self.dtype)
+        m_old = self.m[..., a:b]
+        m_new = torch.maximum(m_old, lse)
+        old, new = torch.exp(m_old - m_new), torch.exp(lse - m_new)  # lse is finite: every row sees a key
+        self.l[..., a:b].mul_(old).add_(new)
+        self.o[..., a:b, :].mul_(old[..., None]).add_(out * new[..., None])
+        self.m[..., a:b] = m_new
 
     def _update(self, a: int, b: int, s: Tensor, vt: Tensor) -> None:
         """Fold one tile of scores s [B, Hkv, G, tq, tk] (consumed) and its values into queries a..b."""
