@@ -48,6 +48,17 @@ def add_arguments(parser: argparse.ArgumentParser, defaults: TrainSettings = Tra
     parser.add_argument("--seed", type=int, default=defaults.seed)
 
 
+def make_parser(doc: str | None, tokenizer: bool = False) -> argparse.ArgumentParser:
+    """A training script's parser: the recipe's flags, and --tokenizer for models that reuse the shared one."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    if tokenizer:
+        parser.add_argument(
+            "--tokenizer", type=Path, default=SHARED_TOKENIZER, help="sentencepiece model to train with"
+        )
+    return parser
+
+
 def settings_from(args: argparse.Namespace) -> TrainSettings:
     """TrainSettings from parsed flags."""
     return TrainSettings(args.steps, args.minutes, args.seq_len, args.batch_size, args.lr, args.seed)
@@ -95,6 +106,28 @@ def train_loop(
             print(f"step {step:5d}  {elapsed:6.0f}s  loss {ema:.3f}", flush=True)
     cpu_seconds = round(time.process_time() - cpu, 1)
     return {"curve": curve, "steps": step, "seconds": round(time.time() - start, 1), "cpu_seconds": cpu_seconds}
+
+
+def train_model(
+    model: torch.nn.Module, loss_of: Callable[[torch.Tensor], torch.Tensor], data: torch.Tensor, s: TrainSettings,
+    config: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """Train `model` with the recipe (it is left in eval mode); the log: header, curve, steps and time."""
+    log = log_header(config, sum(p.numel() for p in model.parameters()), data, s)
+    log.update(train_loop(model, loss_of, data, s))
+    model.eval()
+    return log
+
+
+def window_nll_sum(logits_of: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], float]:
+    """`nll_sum(window [1, L+1])` for heldout_ppl, from `logits_of(inputs [1, L])` -> logits [1, L, V] read from a
+    fresh state."""
+
+    def nll_sum(window: torch.Tensor) -> float:
+        logits = logits_of(window[:, :-1])
+        return float(torch.nn.functional.cross_entropy(logits[0].float(), window[0, 1:], reduction="sum"))
+
+    return nll_sum
 
 
 @torch.no_grad()

@@ -9,27 +9,13 @@ The tokenizer it trains is the one every embedded model shares (see tiny_trainin
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from megaeval.models.megalodon import Megalodon, ModelArgs, save_checkpoint
 
-from .tiny_training import (
-    CORPUS,
-    HELD_OUT,
-    TRAIN_BOOKS,
-    TrainSettings,
-    add_arguments,
-    book_tokens,
-    heldout_ppl,
-    log_header,
-    settings_from,
-    train_loop,
-    write_log,
-)
+from . import tiny_training as recipe
 from .tokenizer import train_sentencepiece
 
 VOCAB = 4096
@@ -49,46 +35,38 @@ TINY = ModelArgs(
 )
 
 
-def nll_sum_of(model: Megalodon) -> Callable[[torch.Tensor], float]:
-    """Summed NLL of a window's targets, read from a fresh state."""
-
-    def nll_sum(window: torch.Tensor) -> float:
-        hidden, _ = model(window[:, :-1], model.init_state(1))
-        return float(torch.nn.functional.cross_entropy(model.logits(hidden)[0], window[0, 1:], reduction="sum"))
-
-    return nll_sum
-
-
-def train(out: Path, s: TrainSettings) -> dict:
+def train(out: Path, s: recipe.TrainSettings) -> dict:
     """Train tokenizer and model; write the checkpoint to `out`; return the training log."""
     import sentencepiece as spm
 
     torch.manual_seed(s.seed)
     out.mkdir(parents=True, exist_ok=True)
-    tok_path = train_sentencepiece([CORPUS / f"{b}.txt" for b in TRAIN_BOOKS], out / "tokenizer.model", VOCAB)
+    tok_path = train_sentencepiece(
+        [recipe.CORPUS / f"{b}.txt" for b in recipe.TRAIN_BOOKS], out / "tokenizer.model", VOCAB
+    )
     sp = spm.SentencePieceProcessor(model_file=str(tok_path))
-    data = book_tokens(sp, TRAIN_BOOKS)
+    data = recipe.book_tokens(sp, recipe.TRAIN_BOOKS)
     model = Megalodon(TINY).init_weights(s.seed).train()
-    log = log_header(TINY.to_dict(), sum(p.numel() for p in model.parameters()), data, s)
+
+    def logits_of(inputs: torch.Tensor) -> torch.Tensor:
+        return model.logits(model(inputs, model.init_state(len(inputs)))[0])
 
     def loss_of(window: torch.Tensor) -> torch.Tensor:
-        hidden, _ = model(window[:, :-1], model.init_state(len(window)))
-        return torch.nn.functional.cross_entropy(model.logits(hidden).flatten(0, 1), window[:, 1:].flatten())
+        return torch.nn.functional.cross_entropy(logits_of(window[:, :-1]).flatten(0, 1), window[:, 1:].flatten())
 
-    log.update(train_loop(model, loss_of, data, s))
-    model.eval()
-    log["heldout"] = heldout_ppl(nll_sum_of(model), book_tokens(sp, [HELD_OUT]), context=4096)
-    print(f"held-out {HELD_OUT}: {log['heldout']}", flush=True)
+    log = recipe.train_model(model, loss_of, data, s, TINY.to_dict())
+    log["heldout"] = recipe.heldout_ppl(
+        recipe.window_nll_sum(logits_of), recipe.book_tokens(sp, [recipe.HELD_OUT]), context=4096
+    )
+    print(f"held-out {recipe.HELD_OUT}: {log['heldout']}", flush=True)
     save_checkpoint(model, out, tok_path, copy_tokenizer=False)
-    write_log(out, log)
+    recipe.write_log(out, log)
     return log
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args()
-    train(args.out, settings_from(args))
+    args = recipe.make_parser(__doc__).parse_args()
+    train(args.out, recipe.settings_from(args))
 
 
 if __name__ == "__main__":

@@ -16,8 +16,6 @@ perplexity sweep can read it far past its training windows.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,19 +24,7 @@ import torch.nn.functional as F
 from megaeval.models.rfa import RFAConfig, RFAModel, save_checkpoint
 from megaeval.models.rfa.adapter import CHUNK
 
-from .tiny_training import (
-    HELD_OUT,
-    SHARED_TOKENIZER,
-    TRAIN_BOOKS,
-    TrainSettings,
-    add_arguments,
-    book_tokens,
-    heldout_ppl,
-    log_header,
-    settings_from,
-    train_loop,
-    write_log,
-)
+from . import tiny_training as recipe
 
 TINY = RFAConfig(
     vocab_size=4096,
@@ -55,52 +41,43 @@ TINY = RFAConfig(
 )
 
 
-def nll_sum_of(model: RFAModel) -> Callable[[torch.Tensor], float]:
-    """Summed NLL of a window's targets, read from a fresh state."""
-
-    def nll_sum(window: torch.Tensor) -> float:
-        hidden, _ = model(window[:, :-1], model.init_state(1), chunk=CHUNK)
-        return float(F.cross_entropy(model.logits(hidden)[0], window[0, 1:], reduction="sum"))
-
-    return nll_sum
-
-
-def train(out: Path, s: TrainSettings, tokenizer: Path = SHARED_TOKENIZER, max_position: int = 65536) -> dict:
+def train(
+    out: Path, s: recipe.TrainSettings, tokenizer: Path = recipe.SHARED_TOKENIZER, max_position: int = 65536
+) -> dict:
     """Train the model; write the checkpoint (with a copy of the tokenizer) to `out`; return the log."""
     import sentencepiece as spm
 
     torch.manual_seed(s.seed)
     sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
-    data = book_tokens(sp, TRAIN_BOOKS)
+    data = recipe.book_tokens(sp, recipe.TRAIN_BOOKS)
     model = RFAModel(TINY).init_weights(s.seed).train()
-    log = log_header(TINY.to_dict(), sum(p.numel() for p in model.parameters()), data, s)
-    log["max_position"] = max_position
     positions = torch.Generator().manual_seed(s.seed + 1)
 
-    def loss_of(window: torch.Tensor) -> torch.Tensor:
-        state = model.init_state(len(window))
-        state.position = int(torch.randint(0, max(1, max_position - s.seq_len), (), generator=positions))
-        hidden, _ = model(window[:, :-1], state, chunk=CHUNK)
-        return F.cross_entropy(model.logits(hidden).flatten(0, 1), window[:, 1:].flatten())
+    def logits_of(inputs: torch.Tensor, position: int = 0) -> torch.Tensor:
+        state = model.init_state(len(inputs))
+        state.position = position
+        return model.logits(model(inputs, state, chunk=CHUNK)[0])
 
-    log.update(train_loop(model, loss_of, data, s))
-    model.eval()
-    held = book_tokens(sp, [HELD_OUT])
-    log["heldout"] = heldout_ppl(nll_sum_of(model), held, context=4096)
-    log["heldout_by_context"] = [heldout_ppl(nll_sum_of(model), held, context=c) for c in (512, 4096, 16384)]
-    print(f"held-out {HELD_OUT}: {log['heldout_by_context']}", flush=True)
+    def loss_of(window: torch.Tensor) -> torch.Tensor:
+        position = int(torch.randint(0, max(1, max_position - s.seq_len), (), generator=positions))
+        return F.cross_entropy(logits_of(window[:, :-1], position).flatten(0, 1), window[:, 1:].flatten())
+
+    log = recipe.train_model(model, loss_of, data, s, TINY.to_dict())
+    log["max_position"] = max_position
+    held, nll_sum = recipe.book_tokens(sp, [recipe.HELD_OUT]), recipe.window_nll_sum(logits_of)
+    log["heldout"] = recipe.heldout_ppl(nll_sum, held, context=4096)
+    log["heldout_by_context"] = [recipe.heldout_ppl(nll_sum, held, context=c) for c in (512, 4096, 16384)]
+    print(f"held-out {recipe.HELD_OUT}: {log['heldout_by_context']}", flush=True)
     save_checkpoint(model, out, tokenizer, copy_tokenizer=True)
-    write_log(out, log)
+    recipe.write_log(out, log)
     return log
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    parser.add_argument("--tokenizer", type=Path, default=SHARED_TOKENIZER, help="sentencepiece model to train with")
+    parser = recipe.make_parser(__doc__, tokenizer=True)
     parser.add_argument("--max-position", type=int, default=65536, help="windows start at random positions below it")
     args = parser.parse_args()
-    train(args.out, settings_from(args), args.tokenizer, args.max_position)
+    train(args.out, recipe.settings_from(args), args.tokenizer, args.max_position)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from .predictions import score_predictions
 
 SHOT_JOINER = "\n\n"
 MEMORY = "peak_memory_bytes"  # per example: the process's peak while reading and answering it
+STATE = "state_bytes"  # per example: the model state after the prompt (a Transformer's KV cache; its shard)
+MEASURED = (MEMORY, STATE)  # in the report (largest over examples and over a group's ranks), not in samples
 
 
 @dataclass(kw_only=True)
@@ -138,14 +140,16 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: d
         ids, dropped = fit_prompt(lm, choice["template"], ex, budget, settings.truncation)
         meter.reset()
         logits, state = prefill(lm, ids, prefix_state.clone())
+        state_bytes = group_max(run.ctx.chunk, state.nbytes())  # a chunk-parallel group: its largest shard
         gen = greedy_generate(lm, logits, state, choice["max_new_tokens"], choice["stop"])
         del logits, state
-        peak = group_max(run.ctx.chunk, meter.peak())  # a chunk-parallel group: the largest of its ranks
+        peak = group_max(run.ctx.chunk, meter.peak())
         return {
             "task": task, "id": ex.id, "prompt_tokens": len(prefix_ids) + len(ids), "truncated_tokens": dropped,
             "prediction": gen.text.strip(), "references": ex.references, "stop_reason": gen.stop_reason,
             "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in exemplars[task]],
             "scores": example_scores(choice["metric"], gen.text.strip(), ex.references), MEMORY: peak,
+            STATE: state_bytes,
         }  # fmt: skip
 
     units = [(task, ex) for task in tasks for ex in examples[task]]
@@ -155,9 +159,10 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: d
         return None  # not rank 0
     results = scrolls_results(tasks, per_task, records)
     for task in results:
-        results[task].update({MEMORY: max(r.get(MEMORY, 0) for r in records if r["task"] == task),
-                              "peak_memory_method": meter.method})  # fmt: skip
-    samples = [{k: v for k, v in r.items() if k != MEMORY} for r in records]  # the samples hold no measurements
+        mine = [r for r in records if r["task"] == task]
+        results[task].update({key: max(r.get(key, 0) for r in mine) for key in MEASURED})
+        results[task]["peak_memory_method"] = meter.method
+    samples = [{k: v for k, v in r.items() if k not in MEASURED} for r in records]  # no measurements
     return run.finish({**asdict(settings), "bos_effective": bos, "per_task": per_task}, data, results,
                       samples=samples)  # fmt: skip
 

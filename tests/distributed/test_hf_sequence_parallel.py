@@ -209,8 +209,9 @@ def test_ppl_sweep_chunk_parallel_2_equals_one_process_with_windows(llama_dir, t
 def test_scrolls_and_academic_chunk_parallel_2_equal_one_process(llama_dir, tmp_path):
     """torchrun, --chunk-parallel 2, float64, against one process (run here): SCROLLS prompts of ~4K tokens read
     sliced and greedy answers on the sharded cache give the same samples file (predictions, prompt sizes,
-    stops), and the report records every example's peak memory; academic choices (ARC, WinoGrande) and 5-shot
-    NQ answers give the same decisions, log-likelihoods within 1e-10."""
+    stops), and the report records the largest KV shard (half of one process's cache) and peak memory;
+    academic choices (ARC, WinoGrande) and 5-shot NQ answers give the same decisions, log-likelihoods within
+    1e-10."""
     from megaeval.commands.academic import AcademicSettings, run_academic
     from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
     from megaeval_testing import REPO, assert_close_records, read_jsonl
@@ -236,6 +237,8 @@ def test_scrolls_and_academic_chunk_parallel_2_equal_one_process(llama_dir, tmp_
             assert all(r["prompt_tokens"] > 3000 and r["truncated_tokens"] for r in read_jsonl(f"{out}.jsonl"))
             assert two["results"]["qmsum"].pop("peak_memory_bytes") > 0
             assert one["results"]["qmsum"].pop("peak_memory_bytes") > 0
+            kv_one, kv_two = one["results"]["qmsum"].pop("state_bytes"), two["results"]["qmsum"].pop("state_bytes")
+            assert 0.5 * kv_one <= kv_two <= 0.51 * kv_one  # each rank holds half of the prompt's KV cache
             assert two["results"] == one["results"]
         else:
             assert_close_records(read_jsonl(f"{out}.jsonl"), read_jsonl(tmp_path / "academic1.jsonl"), 1e-10)
