@@ -37,11 +37,6 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "data_prep" / "samples"
 TASKS = ["arc_challenge", "arc_easy", "boolq", "hellaswag", "mmlu", "nq_open", "piqa", "siqa", "triviaqa", "winogrande"]
 SHOTS = {"mmlu": 5, "nq_open": 5, "triviaqa": 5}  # the suite's (Llama 2's) defaults; 0 for the others
-HARNESS_YAMLS = {
-    "hellaswag": "hellaswag/hellaswag.yaml", "piqa": "piqa/piqa.yaml", "siqa": "siqa/siqa.yaml",
-    "winogrande": "winogrande/default.yaml", "arc_easy": "arc/arc_easy.yaml", "arc_challenge": "arc/arc_challenge.yaml",
-    "boolq": "super_glue/boolq/default.yaml", "nq_open": "nq_open/nq_open.yaml", "triviaqa": "triviaqa/default.yaml",
-}  # fmt: skip
 
 
 def smollm2() -> tuple[Path, str]:
@@ -75,29 +70,11 @@ def mmlu_subjects() -> list[str]:
 
 def harness_tasks(data: Path, task: str) -> dict[str, Any]:
     """The harness's task objects for `task` (57 for MMLU) from its own YAML files, reading `data`."""
-    import lm_eval
-    from lm_eval.api.task import ConfigurableTask
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from megaeval.harness import local_task
 
-    root = Path(lm_eval.__file__).parent / "tasks"
     if task == "mmlu":
-        configs = {f"mmlu_{s}": root / "mmlu" / "default" / f"mmlu_{s}.yaml" for s in mmlu_subjects()}
-    else:
-        configs = {task: root / HARNESS_YAMLS[task]}
-    tasks = {}
-    for name, yaml in configs.items():
-        cfg = load_yaml(yaml)
-        prefix = f"{name.removeprefix('mmlu_')}_" if task == "mmlu" else ""
-        files = {p.stem.removeprefix(prefix): str(p) for p in (data / task).glob(f"{prefix}*.jsonl")}
-        if task == "mmlu":
-            files = {split: path for split, path in files.items() if split in ("test", "dev")}
-        for key in ("training_split", "validation_split", "test_split"):
-            if cfg.get(key) not in files:
-                cfg[key] = None
-        cfg.update(dataset_path="json", dataset_name=None, dataset_kwargs={"data_files": files})
-        cfg.pop("tag", None)
-        tasks[name] = ConfigurableTask(config=cfg)
-    return tasks
+        return {f"mmlu_{s}": local_task(task, data / task, s) for s in mmlu_subjects()}
+    return {task: local_task(task, data / task)}
 
 
 def run_harness(folder: Path, gguf: str, data: Path, task: str, limit: int | None) -> dict[str, Any]:

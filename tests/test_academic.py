@@ -445,11 +445,6 @@ def test_errors_name_the_problem(tmp_path):
 
 # Optional: the same requests and numbers as lm-evaluation-harness itself (pip install lm-eval; nothing downloaded)
 
-HARNESS_YAMLS = {
-    "hellaswag": "hellaswag/hellaswag.yaml", "piqa": "piqa/piqa.yaml", "siqa": "siqa/siqa.yaml",
-    "winogrande": "winogrande/default.yaml", "arc_easy": "arc/arc_easy.yaml", "arc_challenge": "arc/arc_challenge.yaml",
-    "boolq": "super_glue/boolq/default.yaml", "nq_open": "nq_open/nq_open.yaml", "triviaqa": "triviaqa/default.yaml",
-}  # fmt: skip
 MMLU_SUBJECTS = ("abstract_algebra", "world_religions")
 
 
@@ -471,32 +466,17 @@ def harness_data(tmp_path: Path) -> Path:
 
 def harness_tasks(data: Path, limit: int) -> dict[str, object]:
     """lm-evaluation-harness task objects built from its own YAML files, reading `data` instead of the hub."""
-    import lm_eval
-    from lm_eval.api.task import ConfigurableTask
-    from lm_eval.tasks._yaml_loader import load_yaml
+    from megaeval.harness import HARNESS_YAMLS, local_task
 
-    root = Path(lm_eval.__file__).parent / "tasks"
-    configs = {task: (root / yaml, task, 5 if task in ("nq_open", "triviaqa") else 0)
-               for task, yaml in HARNESS_YAMLS.items()}  # fmt: skip
-    configs |= {f"mmlu_{s}": (root / "mmlu" / "default" / f"mmlu_{s}.yaml", "mmlu", 5) for s in MMLU_SUBJECTS}
-    tasks = {}
-    for name, (yaml, task, shots) in configs.items():
-        cfg = load_yaml(yaml)
-        prefix = f"{name.removeprefix('mmlu_')}_" if task == "mmlu" else ""
-        files = {p.stem.removeprefix(prefix): str(p) for p in (data / task).glob(f"{prefix}*.jsonl")}
-        if task == "mmlu":
-            files = {split: path for split, path in files.items() if split in ("test", "dev")}
-        for key in ("training_split", "validation_split", "test_split"):
-            if cfg.get(key) not in files:
-                cfg[key] = None
-        cfg.update(dataset_path="json", dataset_name=None, dataset_kwargs={"data_files": files})
-        cfg.pop("tag", None)
-        harness_task = ConfigurableTask(config=cfg)
-        harness_task.set_config(key="num_fewshot", value=shots)
+    tasks = {
+        task: (local_task(task, data / task), 5 if task in ("nq_open", "triviaqa") else 0) for task in HARNESS_YAMLS
+    }
+    tasks |= {f"mmlu_{s}": (local_task("mmlu", data / "mmlu", s), 5) for s in MMLU_SUBJECTS}
+    for harness_task, n in tasks.values():
+        harness_task.set_config(key="num_fewshot", value=n)
         harness_task.set_fewshot_seed(1234)  # the evaluator's default fewshot_random_seed
         harness_task.build_all_requests(limit=limit)
-        tasks[name] = harness_task
-    return tasks
+    return {name: harness_task for name, (harness_task, _) in tasks.items()}
 
 
 def grouped_requests(harness_task) -> dict[int, list]:
