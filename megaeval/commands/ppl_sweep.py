@@ -93,9 +93,7 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
         began = time.perf_counter()
         nll = score_batch(lm, stream, batch, settings.window_policy)
         seconds = time.perf_counter() - began
-        peak = meter.peak()
-        if run.ctx.chunk_parallel > 1:  # the group's leader reports the batch: the largest peak of its ranks
-            peak = group_max(run.ctx.chunk, peak)
+        peak = group_max(run.ctx.chunk, meter.peak())  # a chunk-parallel group: the largest peak of its ranks
         served = [[[length, np.add.reduceat(row[:length], bucket_edges(length)[:-1]).tolist()] for length in p.serves]
                   for p, row in zip(batch, nll, strict=True)]  # fmt: skip
         return {"length": batch[0].length, "passes": len(batch), "served": served, "seconds": seconds,

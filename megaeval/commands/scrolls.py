@@ -142,7 +142,6 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: list[str], per_task: d
         logits, state = prefill(lm, ids, prefix_state.clone())
         state_bytes = group_max(run.ctx.chunk, state.nbytes())  # a chunk-parallel group: its largest shard
         gen = greedy_generate(lm, logits, state, choice["max_new_tokens"], choice["stop"])
-        del logits, state
         peak = group_max(run.ctx.chunk, meter.peak())
         return {
             "task": task, "id": ex.id, "prompt_tokens": len(prefix_ids) + len(ids), "truncated_tokens": dropped,

@@ -72,17 +72,22 @@ class HFState:
         """A state for batch_size * n sequences, each row's cache repeated n times (this one is left as it was)."""
         if n == 1:
             return self.clone()
-        cache = self.cache
-        if cache is not None:  # fresh layer objects: batch_repeat_interleave rebinds their tensors, never writes them
-            cache = copy.copy(cache)
-            cache.layers = [copy.copy(layer) for layer in self.cache.layers]
-            cache.batch_repeat_interleave(n)
+        cache = None if self.cache is None else repeated_cache(self.cache, n)
         return HFState(cache, self.length, self.batch_size * n)
 
     def nbytes(self) -> int:
         if self.cache is None:
             return 0
         return sum(t.numel() * t.element_size() for t in _cache_tensors(self.cache))
+
+
+def repeated_cache(cache: Any, n: int) -> Any:
+    """A transformers cache whose rows are each `cache`'s repeated n times; `cache` is left as it was (fresh
+    layer objects: batch_repeat_interleave rebinds their tensors, never writes them)."""
+    out = copy.copy(cache)
+    out.layers = [copy.copy(layer) for layer in cache.layers]
+    out.batch_repeat_interleave(n)
+    return out
 
 
 def _cache_tensors(cache: Any) -> list[torch.Tensor]:

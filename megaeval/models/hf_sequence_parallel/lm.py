@@ -17,6 +17,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from ...errors import MegaevalError, fail
 from ...kernels.nll import IGNORE_INDEX
 from ..group import GroupLM
+from ..hf import repeated_cache
 from .attention import ACTIVE, NAME, Call, Exchange, sequence_parallel_attention
 
 REPLICATE_BELOW = 32  # calls of fewer than P x this many tokens (decoding) are replicated, not sliced
@@ -78,10 +79,8 @@ class ShardedState:
         """A state for batch_size * n sequences, each row's shard repeated n times (this one is left as it was)."""
         if n == 1:
             return self.clone()
-        cache = copy.copy(self.cache)  # fresh layer objects: batch_repeat_interleave rebinds their tensors
-        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
-        cache.batch_repeat_interleave(n)
-        return ShardedState(cache, self.length, self.batch_size * n, [list(r) for r in self.ranges])
+        ranges = [list(r) for r in self.ranges]
+        return ShardedState(repeated_cache(self.cache, n), self.length, self.batch_size * n, ranges)
 
     def nbytes(self) -> int:
         """Bytes of this rank's keys and values (about 1/P of one process's cache)."""
