@@ -13,42 +13,16 @@ from megaeval.commands.ppl_sweep import SweepSettings, run_ppl_sweep
 from megaeval.models import load_tokenizer, parse_model_args
 from megaeval.scoring.windows import score_windows, windows
 from megaeval_testing import AUSTEN, write_stream
+from megaeval_testing.hf_ranks import save_tiny_llama
 
 transformers = pytest.importorskip("transformers")
 
 MAX_CONTEXT = 48
 
 
-def build_tokenizer(folder: Path):
-    """A 400-piece byte-level BPE (GPT-2 style) trained on a slice of Persuasion."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tk = Tokenizer(models.BPE(unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    text = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:40_000]
-    tk.train_from_iterator(text.splitlines(), trainer)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    fast.save_pretrained(folder)
-    return fast
-
-
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tok = build_tokenizer(folder)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=MAX_CONTEXT, bos_token_id=1, eos_token_id=2,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    return folder
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), max_context=MAX_CONTEXT)
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ from .distributed import TIMEOUT_S, join
 TINY = dict(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
 
 
-def save_tiny_llama(folder: Path, max_context: int = 4096, seed: int = 0) -> Path:
-    """A random tiny Llama (grouped-query attention: 4 heads, 2 K/V heads) with a 400-piece byte-level BPE
-    trained on a slice of Persuasion, saved with save_pretrained."""
+def save_bpe_tokenizer(folder: Path, vocab_size: int = 400, chars: int = 40_000) -> Any:
+    """A byte-level BPE (GPT-2 style; <unk>, <s>, </s>) trained on the first `chars` characters of Persuasion,
+    saved to `folder` as a transformers tokenizer; returns it."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -26,13 +26,23 @@ def save_tiny_llama(folder: Path, max_context: int = 4096, seed: int = 0) -> Pat
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tk.train_from_iterator((AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:40_000].splitlines(), trainer)
+        vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tk.train_from_iterator((AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:chars].splitlines(), trainer)
     fast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     fast.save_pretrained(folder)
+    return fast
+
+
+def save_tiny_llama(folder: Path, max_context: int = 4096, seed: int = 0) -> Path:
+    """A random tiny Llama (grouped-query attention: 4 heads, 2 K/V heads) with a 400-piece byte-level BPE
+    trained on a slice of Persuasion, saved with save_pretrained."""
+    import transformers
+
+    fast = save_bpe_tokenizer(folder)
     config = transformers.LlamaConfig(**{**TINY, "vocab_size": len(fast)}, num_key_value_heads=2,
                                       max_position_embeddings=max_context, bos_token_id=1, eos_token_id=2)  # fmt: skip
     torch.manual_seed(seed)

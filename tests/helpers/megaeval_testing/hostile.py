@@ -31,9 +31,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from . import AUSTEN as AUSTEN  # the tests take it from here
+from . import REPO, read_jsonl
+
 SAMPLES = REPO / "data_prep" / "samples"
-AUSTEN = REPO / "data_prep" / "corpora" / "austen"
 EMBEDDED_TOKENIZER = REPO / "megaeval" / "assets" / "megalodon-tiny" / "tokenizer.model"
 FRESH = os.environ.get("MEGAEVAL_TEST_FRESH_PROCESS", "") not in ("", "0")
 
@@ -296,18 +297,10 @@ def build_hf_llama(folder: Path, *, max_position_embeddings: int = 64) -> Path:
     """A tiny random transformers Llama with a 300-piece byte-level BPE tokenizer, saved to `folder`."""
     import torch
     import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tk = Tokenizer(models.BPE(unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tk.train_from_iterator((AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:20_000].splitlines(), trainer)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>",
-                                                unk_token="<unk>")  # fmt: skip
-    fast.save_pretrained(folder)
+    from .hf_ranks import save_bpe_tokenizer
+
+    fast = save_bpe_tokenizer(folder, vocab_size=300, chars=20_000)
     config = transformers.LlamaConfig(
         vocab_size=len(fast), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, max_position_embeddings=max_position_embeddings, bos_token_id=1, eos_token_id=2,
@@ -329,10 +322,6 @@ def malicious_payload(marker: Path, kind: str = "makedirs"):
             return (os.makedirs, (str(marker),))
 
     return Payload()
-
-
-def read_jsonl(path: Path) -> list:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
