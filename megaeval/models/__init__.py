@@ -11,7 +11,7 @@ import torch
 from ..errors import fail
 from .base import State, StreamingLM, Tokenizer
 from .options import check_option_types, parse_model_args
-from .registry import Family, chunk_parallel_lm, families, family_defaults, register
+from .registry import Family, chunk_parallel_lm, families, family_defaults, register, route
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"  # the embedded models, one directory each
 DEFAULT_MODEL = ASSETS / "megalodon-tiny"
@@ -52,16 +52,17 @@ def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
             raise fail(f"unknown embedded model {rest!r}", f"use one of: {choices}")
         text, sep = str(ASSETS / rest), ""
     elif sep and prefix in known:
-        return prefix, Path(rest).expanduser()
+        path = Path(rest).expanduser()
+        return route(path, prefix) or prefix, path
     path = Path(text).expanduser()
     if sep and not path.exists() and prefix.isidentifier():
         raise fail(f"unknown model family {prefix!r} in spec {text!r}",
                    f"use a checkpoint directory or one of: {_family_list()}")  # fmt: skip
     if not path.exists():
         raise fail(f"model not found: {text}", "pass a checkpoint directory (or FAMILY:PATH)")
-    for name, family in known.items():
-        if family.detect(path):
-            return name, path
+    name = route(path)
+    if name is not None:
+        return name, path
     config = path / "config.json"
     if config.is_file():
         try:

@@ -12,7 +12,9 @@ from typing import Any
 from ..errors import fail
 
 # The families that ship with megaeval; each module calls `register` when imported.
-BUILTIN_FAMILIES = ("megaeval.models.megalodon", "megaeval.models.hf", "megaeval.models.rfa")
+BUILTIN_FAMILIES = (
+    "megaeval.models.megalodon", "megaeval.models.hf", "megaeval.models.rfa", "megaeval.models.recurrent",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,9 @@ class Family:
     # "module:name" when importing it is costly (imported when a model is first spread); None: the family cannot
     # share one sequence between ranks
     chunk_parallel: Callable[[Any, Any], Any] | str | None = None
+    # a family whose `detect` also accepts this one's checkpoints: they load here, named either way (a Mamba
+    # checkpoint is a transformers directory, but `hf:DIR` and a bare DIR of it load as a recurrent model)
+    refines: str | None = None
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -52,6 +57,18 @@ def chunk_parallel_lm(lm: Any, chunk: Any) -> Any:
         module, _, name = spread.partition(":")
         spread = getattr(importlib.import_module(module), name)
     return spread(lm, chunk)
+
+
+def route(path: Path, named: str | None = None) -> str | None:
+    """The family that loads checkpoint `path`: the one that refines `named` and detects it, else `named`; with no
+    name, the family that detects it (one that refines another detecting family wins), else None."""
+    known = families()
+    hits = [name for name, f in known.items() if f.detect(path)] if named is None else [named]
+    for hit in hits:
+        refined = [n for n, f in known.items() if f.refines == hit and n != hit and f.detect(path)]
+        if refined:
+            return refined[0]
+    return hits[0] if hits else None
 
 
 def families() -> dict[str, Family]:

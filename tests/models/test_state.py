@@ -5,12 +5,17 @@ The tensors of a state are found here by walking its attributes, independently o
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 
 from megaeval import load_model
 from megaeval.distributed import ChunkGroup
 from megaeval.models.base import State
+from megaeval_testing.recurrent import MODEL_TYPES
 
 
 def held(obj, seen: set[int] | None = None) -> list[torch.Tensor]:
@@ -47,13 +52,26 @@ def hf(sequence_parallel: bool):
     return lm, lm.init_state
 
 
+def recurrent(kind: str):
+    """A tiny random checkpoint transformers saved, loaded by the recurrent family (the folder is gone after)."""
+    from megaeval_testing.recurrent import save_tiny
+
+    folder = Path(tempfile.mkdtemp(prefix=f"state-{kind}-"))
+    try:
+        lm = load_model(save_tiny(folder, kind), dtype="float64")
+    finally:
+        shutil.rmtree(folder)
+    return lm, lm.init_state
+
+
 FAMILIES = {
     "megalodon": lambda: megalodon("cumulative"),
     "megalodon-official-window": lambda: megalodon("official-window"),  # also keeps the last tokens
     "rfa": rfa,
     "hf": lambda: hf(False),
     "hf-sequence-parallel": lambda: hf(True),
-}
+    **{f"recurrent-{kind}": (lambda kind=kind: recurrent(kind)) for kind in MODEL_TYPES},
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))

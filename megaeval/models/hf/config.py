@@ -55,14 +55,19 @@ def _check_config(config: Path) -> None:
         raise fail(
             f"{config} holds a JSON {type(data).__name__}, not an object", "re-save the model with save_pretrained"
         )
-    if data.get("model_type") in RECURRENT_TYPES:
-        raise fail(f"{config.parent} is a {data['model_type']} model: the hf family streams attention Transformers "
-                   "(its state is a KV cache), and transformers itself carries some recurrent states wrongly "
-                   "between calls", "megaeval does not run Mamba, Mamba-2, RWKV or RecurrentGemma yet")  # fmt: skip
+    refuse_architecture(config.parent, data.get("model_type"))
 
 
-# Recurrent architectures transformers loads as causal LMs; they need families of their own (exact state carrying).
-RECURRENT_TYPES = ("mamba", "falcon_mamba", "mamba2", "rwkv", "recurrent_gemma")
+def refuse_architecture(path: Path, model_type: Any) -> None:
+    """A recurrent checkpoint belongs to the recurrent family; a hybrid or other non-Transformer one is refused."""
+    from ..recurrent.config import ARCHITECTURES, REFUSED_TYPES, SUPPORTED  # at call time: recurrent imports hf
+
+    if model_type in ARCHITECTURES:
+        raise fail(f"{path} is a {model_type} model, which the hf family (a KV cache) does not stream",
+                   f"load it as recurrent:{path} (or name the directory alone)")  # fmt: skip
+    if model_type in REFUSED_TYPES:
+        raise fail(f"{path} is a {model_type} model: megaeval does not stream this architecture exactly",
+                   f"megaeval runs attention Transformers (hf) and {SUPPORTED} (recurrent)")  # fmt: skip
 
 
 def _check_gguf(file: Path) -> None:

@@ -1,0 +1,128 @@
+"""A recurrent checkpoint's files: its weights (safetensors, sharded or not, or torch files read with
+weights_only), checked against the model the config describes, its tokenizer, and writing one (tests, tiny models).
+
+Layouts: what transformers' save_pretrained writes (config.json with model_type, model.safetensors or shards with
+model.safetensors.index.json, or pytorch_model.bin; tokenizer files beside them), and the original mamba_ssm one
+(config.json with d_model/n_layer/ssm_cfg, pytorch_model.bin; its tokenizer is passed as tokenizer=DIR).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import fail
+from ...files import file_sha256
+from ..weights import check_state_dict, load_tensors, pickled_files
+from .config import mamba_ssm_keys
+
+INDEX_FILE = "model.safetensors.index.json"
+TORCH_FILES = ("pytorch_model.bin", "model.pt", "model.pth")
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The files holding a checkpoint's tensors: safetensors first (one file or the shards an index names),
+    else one torch file (read with weights_only=True). One-line error when there are none."""
+    single = path / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = path / INDEX_FILE
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise fail(f"cannot read {index}: {' '.join(str(e).split())[:100]}", "re-save the model") from None
+        missing = [n for n in names if not (path / n).is_file()]
+        if missing:
+            raise fail(f"{path}: shard(s) {', '.join(missing[:3])} named by {INDEX_FILE} are missing",
+                       "copy every shard beside the index")  # fmt: skip
+        return [path / n for n in names]
+    shards = sorted(path.glob("*.safetensors"))
+    if shards:
+        return shards
+    for name in TORCH_FILES:
+        if (path / name).is_file():
+            return [path / name]
+    pickled = pickled_files(path)
+    if pickled:
+        return [path / pickled[0]]
+    raise fail(f"{path} has config.json but no weights (model.safetensors, shards, or pytorch_model.bin)",
+               "copy the weight files beside config.json")  # fmt: skip
+
+
+def read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
+    """Every tensor of the weight files (CPU); torch files are read with weights_only=True, so no code runs."""
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        if file.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            try:
+                part = load_file(str(file), device="cpu")
+            except Exception as e:  # SafetensorError / OSError, multi-line
+                raise fail(f"cannot read {file}: not a valid safetensors file ({' '.join(str(e).split())[:120]})",
+                           "re-copy or re-save it") from None  # fmt: skip
+        else:
+            part = load_tensors(file)
+        state.update(part)
+    return state
+
+
+def load_weights(model: torch.nn.Module, path: Path, layout: str, dtype: torch.dtype, device: torch.device) -> str:
+    """Fill `model` (built on the meta device) with the checkpoint's tensors, checked key by key and shape by shape
+    in one error; returns the stored dtype ("mixed" when they differ)."""
+    files = weight_files(path)
+    state = read_tensors(files)
+    if layout == "mamba_ssm":
+        state = mamba_ssm_keys(state)
+    tied = dict(getattr(model, "TIED_KEYS", {})) if getattr(model.config, "tie_word_embeddings", False) else {}
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    source = files[0].name if len(files) == 1 else f"the {len(files)} shards in {path}"
+    check_state_dict(state, expected, source, optional=set(tied), floats_only=True)
+    stored = {str(t.dtype).removeprefix("torch.") for t in state.values()}
+    for key in tied:
+        state.pop(key, None)  # tied: the output layer is the embedding (a stored copy is the same tensor)
+    state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()}
+    model.load_state_dict(state, strict=False, assign=True)
+    _tie(model, tied)
+    left = [n for n, p in model.named_parameters() if p.is_meta] + [n for n, b in model.named_buffers() if b.is_meta]
+    if left:
+        raise fail(f"{path}: the weights lack {', '.join(left[:4])}", "check that the weights belong to config.json")
+    return stored.pop() if len(stored) == 1 else "mixed"
+
+
+def _tie(model: torch.nn.Module, tied: dict[str, str]) -> None:
+    """Point each tied output weight at the embedding Parameter it shares."""
+    for key, source_key in tied.items():
+        owner_name, _, name = key.rpartition(".")
+        src_owner, _, src_name = source_key.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        setattr(owner, name, getattr(model.get_submodule(src_owner), src_name))
+
+
+def weights_sha256(path: Path) -> str:
+    """sha256 of the weight file, or of the weight files' checksums in name order."""
+    files = weight_files(path)
+    if len(files) == 1:
+        return file_sha256(files[0])
+    digests = " ".join(f"{f.name}:{file_sha256(f)}" for f in files)
+    return hashlib.sha256(digests.encode()).hexdigest()
+
+
+def save_checkpoint(model: torch.nn.Module, out: Path, tokenizer: Any, hf_config: dict[str, Any]) -> Path:
+    """Write `model` as transformers would (config.json with model_type, model.safetensors without tied copies) and
+    a transformers tokenizer beside it."""
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tied = set(getattr(model, "TIED_KEYS", {})) if hf_config.get("tie_word_embeddings") else set()
+    state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items() if k not in tied}
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,296 @@
+"""Mamba-1 (and FalconMamba) in plain PyTorch, with its state carried exactly from call to call.
+
+Per layer the state is the convolution's last `conv_kernel - 1` inputs [B, E, k-1] and the SSM state h [B, E, N]
+(E = expand * hidden, N = state_size), h in float32 at least (float64 for float64 models). The selective scan
+h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t runs chunk by chunk (`scan.scan` inside a chunk: no loop over tokens), so
+its [B, chunk, E, N] tensors exist for one chunk at a time; y_t = C_t . h_t + D x_t, gated by silu(z_t).
+Parameter names are transformers' (MambaForCausalLM), so its checkpoints load as they are. FalconMamba adds
+weightless RMS norms on dt, B and C inside the mixer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ...errors import fail
+from .scan import scan, scan_reference
+
+Scan = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype recurrent states are carried in: float64 for float64 models, float32 otherwise."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _positive_int(raw: dict[str, Any], key: str, source: str, default: Any = None) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise fail(f"{source}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_float(raw: dict[str, Any], key: str, source: str, default: float) -> float:
+    value = raw.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+        raise fail(f"{source}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _flag(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise fail(f"{source}: {key} must be true or false, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class MambaConfig:
+    """The fields of a transformers Mamba / FalconMamba config.json that the forward pass reads."""
+
+    vocab_size: int
+    hidden_size: int
+    state_size: int
+    num_hidden_layers: int
+    expand: int
+    conv_kernel: int
+    time_step_rank: int
+    layer_norm_epsilon: float
+    use_bias: bool
+    use_conv_bias: bool
+    residual_in_fp32: bool
+    tie_word_embeddings: bool
+    bc_dt_norm: bool  # FalconMamba: weightless RMS norms on dt, B and C
+    mixer_rms_eps: float
+
+    @property
+    def intermediate_size(self) -> int:
+        """E = expand * hidden_size."""
+        return int(self.expand * self.hidden_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, as reports record them."""
+        return asdict(self)
+
+    @classmethod
+    def from_hf(cls, raw: dict[str, Any], source: str = "config.json") -> MambaConfig:
+        """Read and check a transformers config.json (model_type mamba or falcon_mamba); absent keys take
+        transformers' defaults."""
+        act = raw.get("hidden_act", "silu")
+        if act != "silu":
+            raise fail(f"{source}: hidden_act {act!r} is not supported", "Mamba checkpoints use silu")
+        hidden = _positive_int(raw, "hidden_size", source, 768)
+        rank = raw.get("time_step_rank", "auto")
+        rank = math.ceil(hidden / 16) if rank == "auto" else rank
+        return cls(
+            vocab_size=_positive_int(raw, "vocab_size", source, 50280),
+            hidden_size=hidden,
+            state_size=_positive_int(raw, "state_size", source, 16),
+            num_hidden_layers=_positive_int(raw, "num_hidden_layers", source, 32),
+            expand=_positive_int(raw, "expand", source, 2),
+            conv_kernel=_positive_int(raw, "conv_kernel", source, 4),
+            time_step_rank=_positive_int({"time_step_rank": rank}, "time_step_rank", source),
+            layer_norm_epsilon=_positive_float(raw, "layer_norm_epsilon", source, 1e-5),
+            use_bias=_flag(raw, "use_bias", source, False),
+            use_conv_bias=_flag(raw, "use_conv_bias", source, True),
+            residual_in_fp32=_flag(raw, "residual_in_fp32", source, True),
+            tie_word_embeddings=_flag(raw, "tie_word_embeddings", source, True),
+            bc_dt_norm=raw.get("model_type") == "falcon_mamba",
+            mixer_rms_eps=_positive_float(raw, "mixer_rms_eps", source, 1e-6),
+        )
+
+
+# ----------------------------------------------------------------------------------------- state
+
+
+@dataclass
+class MambaLayerState:
+    """One layer: the conv's last k-1 inputs [B, E, k-1] (model dtype) and the SSM state [B, E, N] (float32+)."""
+
+    conv: Tensor
+    ssm: Tensor
+
+    def clone(self) -> MambaLayerState:
+        return MambaLayerState(self.conv.clone(), self.ssm.clone())
+
+    def repeat(self, n: int) -> MambaLayerState:
+        return MambaLayerState(self.conv.repeat_interleave(n, 0), self.ssm.repeat_interleave(n, 0))
+
+
+@dataclass
+class MambaState:
+    """Every layer's conv and SSM state, and the number of tokens consumed."""
+
+    layers: list[MambaLayerState]
+    position: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.layers[0].ssm.shape[0]
+
+    def clone(self) -> MambaState:
+        """A deep copy sharing no tensor."""
+        return MambaState([s.clone() for s in self.layers], self.position)
+
+    def repeat(self, n: int) -> MambaState:
+        """A state for B * n sequences, row i * n + j a copy of row i (this one is left as it was)."""
+        return MambaState([s.repeat(n) for s in self.layers], self.position)
+
+    def nbytes(self) -> int:
+        """Bytes of the conv and SSM tensors (constant in tokens consumed)."""
+        return sum(t.numel() * t.element_size() for s in self.layers for t in (s.conv, s.ssm))
+
+
+# ------------------------------------------------------------------------------------- modules
+
+
+def rms_norm(x: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
+    """x / rms(x) over the last dim, computed in float32 at least, returned in x's dtype (times `weight`)."""
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))
+    out = (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return out if weight is None else weight * out
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learned scale (transformers' MambaRMSNorm)."""
+
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.eps, self.weight)
+
+
+class MambaMixer(nn.Module):
+    """The selective SSM block: in_proj -> causal depthwise conv -> silu -> selective scan -> gate -> out_proj."""
+
+    def __init__(self, c: MambaConfig):
+        super().__init__()
+        E, N = c.intermediate_size, c.state_size
+        self.config = c
+        self.in_proj = nn.Linear(c.hidden_size, 2 * E, bias=c.use_bias)
+        self.conv1d = nn.Conv1d(E, E, c.conv_kernel, groups=E, bias=c.use_conv_bias, padding=c.conv_kernel - 1)
+        self.x_proj = nn.Linear(E, c.time_step_rank + 2 * N, bias=False)
+        self.dt_proj = nn.Linear(c.time_step_rank, E, bias=True)
+        self.A_log = nn.Parameter(torch.zeros(E, N))
+        self.D = nn.Parameter(torch.ones(E))
+        self.out_proj = nn.Linear(E, c.hidden_size, bias=c.use_bias)
+
+    def convolve(self, xs: Tensor, conv_state: Tensor) -> tuple[Tensor, Tensor]:
+        """silu(causal conv) of xs [B, T, E] continuing `conv_state` [B, E, k-1]: ([B, T, E], the new conv state)."""
+        k = self.config.conv_kernel
+        full = torch.cat([conv_state.to(xs.dtype), xs.transpose(1, 2)], dim=2)
+        out = F.conv1d(full, self.conv1d.weight, self.conv1d.bias, groups=full.shape[1])
+        return F.silu(out).transpose(1, 2), full[:, :, full.shape[2] - (k - 1) :]
+
+    def selective(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(dt [B, T, E] after softplus, B [B, T, N], C [B, T, N]) of the conv output u."""
+        c = self.config
+        dt, b, cc = self.x_proj(u).split([c.time_step_rank, c.state_size, c.state_size], dim=-1)
+        if c.bc_dt_norm:
+            dt, b, cc = (rms_norm(t, c.mixer_rms_eps) for t in (dt, b, cc))
+        dt = dt @ self.dt_proj.weight.t()
+        sd = state_dtype(u.dtype)
+        return F.softplus(dt.to(sd) + self.dt_proj.bias.to(sd)), b.to(sd), cc.to(sd)
+
+    def ssm(self, u: Tensor, h0: Tensor, chunk: int, scan_fn: Scan = scan) -> tuple[Tensor, Tensor]:
+        """y_t = C_t . h_t + D u_t over u [B, T, E] from h0 [B, E, N], chunk by chunk: (y [B, T, E] in the state
+        dtype, h after the last token)."""
+        dt, b, cc = self.selective(u)
+        sd = h0.dtype
+        A = -torch.exp(self.A_log.to(sd))
+        ys = []
+        h = h0
+        for s in range(0, u.shape[1], chunk):
+            e = min(u.shape[1], s + chunk)
+            a_t = torch.exp(dt[:, s:e, :, None] * A)  # [B, L, E, N]
+            b_t = (dt[:, s:e] * u[:, s:e].to(sd))[..., None] * b[:, s:e, None, :]
+            hs, h = scan_fn(a_t, b_t, h)
+            ys.append(torch.einsum("blen,bln->ble", hs, cc[:, s:e]))
+        y = torch.cat(ys, dim=1) if ys else u.new_zeros(u.shape, dtype=sd)
+        return y + u.to(sd) * self.D.to(sd), h
+
+    def forward(
+        self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Scan = scan
+    ) -> tuple[Tensor, MambaLayerState]:
+        xs, z = self.in_proj(x).chunk(2, dim=-1)
+        u, conv = self.convolve(xs, st.conv)
+        y, h = self.ssm(u, st.ssm, chunk, scan_fn)
+        y = (y * F.silu(z.to(y.dtype))).to(x.dtype)
+        return self.out_proj(y), MambaLayerState(conv, h)
+
+
+class MambaBlock(nn.Module):
+    """Pre-norm residual block around the mixer (the residual in float32 at least when residual_in_fp32)."""
+
+    def __init__(self, c: MambaConfig):
+        super().__init__()
+        self.norm = RMSNorm(c.hidden_size, c.layer_norm_epsilon)
+        self.mixer = MambaMixer(c)
+        self.residual_in_fp32 = c.residual_in_fp32
+
+    def forward(self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Scan) -> tuple[Tensor, MambaLayerState]:
+        residual = x.to(torch.promote_types(x.dtype, torch.float32)) if self.residual_in_fp32 else x
+        out, st = self.mixer(self.norm(x.to(self.norm.weight.dtype)), st, chunk, scan_fn)
+        return residual + out, st
+
+
+class Backbone(nn.Module):
+    """Embedding, blocks and final norm (transformers' `backbone`)."""
+
+    def __init__(self, c: MambaConfig):
+        super().__init__()
+        self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(MambaBlock(c) for _ in range(c.num_hidden_layers))
+        self.norm_f = RMSNorm(c.hidden_size, c.layer_norm_epsilon)
+
+
+class MambaModel(nn.Module):
+    """A Mamba / FalconMamba causal LM with transformers' parameter names; state in, state out."""
+
+    TIED_KEYS = {"lm_head.weight": "backbone.embeddings.weight"}
+
+    def __init__(self, config: MambaConfig, chunk: int = 64):
+        super().__init__()
+        self.config, self.chunk = config, chunk
+        self.backbone = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.backbone.embeddings.weight
+
+    def init_state(self, batch_size: int) -> MambaState:
+        """A fresh state (zeros) for `batch_size` sequences, on the model's device."""
+        c, w = self.config, self.backbone.embeddings.weight
+        E = c.intermediate_size
+        return MambaState([
+            MambaLayerState(w.new_zeros(batch_size, E, c.conv_kernel - 1),
+                            w.new_zeros(batch_size, E, c.state_size, dtype=state_dtype(w.dtype)))
+            for _ in range(c.num_hidden_layers)
+        ])  # fmt: skip
+
+    def forward(self, tokens: Tensor, state: MambaState, scan_fn: Scan = scan) -> tuple[Tensor, MambaState]:
+        """Final hidden states [B, T, D] (after norm_f) of tokens [B, T] after `state`, and the state after them."""
+        x = self.backbone.embeddings(tokens)
+        layers = []
+        for block, st in zip(self.backbone.layers, state.layers, strict=True):
+            x, st = block(x, st, self.chunk, scan_fn)
+            layers.append(st)
+        return self.backbone.norm_f(x), MambaState(layers, state.position + tokens.shape[1])
+
+    def forward_reference(self, tokens: Tensor, state: MambaState) -> tuple[Tensor, MambaState]:
+        """`forward` with the scan as a plain token loop (the tests' reference for the chunked scan)."""
+        return self.forward(tokens, state, scan_reference)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Logits [B, T, V] of final hidden states: float32 (float64 for float64 models)."""
+        w = self.lm_head.weight
+        return F.linear(hidden.to(w.dtype), w).to(torch.promote_types(w.dtype, torch.float32))

@@ -1,0 +1,139 @@
+"""The recurrent family end to end from a directory transformers wrote: routing (`hf:DIR` and a bare DIR), exact
+logits against transformers' own one-pass forward from any split of calls, scoring, facts, the mamba_ssm layout,
+torch-file weights, and one-line errors for weights that do not match."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from megaeval.errors import MegaevalError
+from megaeval.models import load_model, parse_spec
+from megaeval_testing.recurrent import MODEL_TYPES, float64_faithful, save_tiny, tiny_model
+
+SPLITS = [1, 5, 63, 2, 70, 9]  # 150 tokens: single tokens, odd sizes, across scan chunks and score chunks
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("recurrent")
+    return {kind: save_tiny(root / kind, kind) for kind in MODEL_TYPES}
+
+
+def reference_logits(folder: Path, tokens: torch.Tensor) -> torch.Tensor:
+    """transformers' one-pass forward (use_cache=False) in float64, its float32 casts lifted."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
+    with torch.no_grad(), float64_faithful():
+        return model(input_ids=tokens, use_cache=False).logits
+
+
+@pytest.mark.parametrize("kind", MODEL_TYPES)
+def test_streamed_logits_equal_transformers_one_pass(saved: dict[str, Path], kind: str) -> None:
+    folder = saved[kind]
+    assert parse_spec(str(folder)) == ("recurrent", folder)
+    assert parse_spec(f"hf:{folder}") == ("recurrent", folder)
+    lm = load_model(f"hf:{folder}", dtype="float64")
+    assert lm.family == "recurrent" and lm.max_context is None
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(3, lm.tokenizer.vocab_size, (2, sum(SPLITS)), generator=g)
+    want = reference_logits(folder, tokens)
+    state, parts, at = lm.init_state(2), [], 0
+    sizes = []
+    for n in SPLITS:
+        logits, state = lm.forward(tokens[:, at : at + n], state)
+        parts.append(logits)
+        at += n
+        sizes.append(state.nbytes())
+    got = torch.cat(parts, 1)
+    scale = want.abs().max()
+    torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-8 * scale)
+    if kind != "recurrent_gemma":  # its attention ring fills up to the window (16 tokens) first
+        assert len(set(sizes)) == 1
+    assert sizes[-1] == lm.state_bytes(2)
+
+
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_score_is_the_nll_of_forward(saved: dict[str, Path], kind: str) -> None:
+    lm = load_model(saved[kind], dtype="float64")
+    tokens = torch.randint(3, lm.tokenizer.vocab_size, (1, 90), generator=torch.Generator().manual_seed(2))
+    logits, _ = lm.forward(tokens, lm.init_state(1))
+    nll, _ = lm.score(tokens[:, :-1], tokens[:, 1:], lm.init_state(1))
+    want = torch.nn.functional.cross_entropy(logits[0, :-1], tokens[0, 1:], reduction="none")
+    torch.testing.assert_close(nll[0], want, rtol=1e-12, atol=1e-12)
+
+
+def test_mamba_ssm_layout_loads_the_same_model(saved: dict[str, Path], tmp_path: Path) -> None:
+    """The original state-spaces layout: its config.json, pytorch_model.bin with `backbone.embedding`, no tokenizer."""
+    src = saved["mamba"]
+    cfg = json.loads((src / "config.json").read_text())
+    from safetensors.torch import load_file
+
+    state = load_file(src / "model.safetensors")
+    state = {("backbone.embedding.weight" if k == "backbone.embeddings.weight" else k): v for k, v in state.items()}
+    out = tmp_path / "mamba_ssm"
+    out.mkdir()
+    torch.save(state, out / "pytorch_model.bin")
+    (out / "config.json").write_text(json.dumps({
+        "d_model": cfg["hidden_size"], "n_layer": cfg["num_hidden_layers"], "vocab_size": cfg["vocab_size"],
+        "ssm_cfg": {"d_state": cfg["state_size"]}, "rms_norm": True, "residual_in_fp32": True,
+        "fused_add_norm": True, "pad_vocab_size_multiple": 4, "tie_embeddings": True,
+    }))  # fmt: skip
+    with pytest.raises(MegaevalError, match="ships no tokenizer"):
+        load_model(out)
+    lm = load_model(out, dtype="float64", tokenizer=str(src))
+    assert lm.describe()["layout"] == "mamba_ssm"
+    ref = load_model(src, dtype="float64")
+    tokens = torch.randint(3, 300, (1, 40), generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(lm.forward(tokens, lm.init_state(1))[0], ref.forward(tokens, ref.init_state(1))[0])
+
+
+def test_torch_file_weights_load_without_running_code(saved: dict[str, Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    out = shutil.copytree(saved["falcon_mamba"], tmp_path / "bin")
+    torch.save(load_file(out / "model.safetensors"), out / "pytorch_model.bin")
+    (out / "model.safetensors").unlink()
+    lm = load_model(out, dtype="float64")
+    ref = load_model(saved["falcon_mamba"], dtype="float64")
+    tokens = torch.randint(3, 300, (1, 20), generator=torch.Generator().manual_seed(4))
+    assert torch.equal(lm.forward(tokens, lm.init_state(1))[0], ref.forward(tokens, ref.init_state(1))[0])
+
+
+def test_weights_that_do_not_match_the_config_fail_in_one_line(saved: dict[str, Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    out = shutil.copytree(saved["mamba"], tmp_path / "cut")
+    state = load_file(out / "model.safetensors")
+    del state["backbone.layers.1.mixer.D"]
+    state["backbone.layers.0.mixer.dt_proj.bias"] = torch.zeros(3)
+    save_file(state, out / "model.safetensors")
+    with pytest.raises(MegaevalError) as err:
+        load_model(out)
+    text = str(err.value)
+    assert "\n" not in text and "backbone.layers.1.mixer.D" in text and "dt_proj.bias [3]" in text
+
+
+def test_hybrids_are_refused_naming_what_runs(saved: dict[str, Path], tmp_path: Path) -> None:
+    out = shutil.copytree(saved["mamba"], tmp_path / "jamba")
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**cfg, "model_type": "jamba"}))
+    with pytest.raises(MegaevalError, match="is a jamba model.*Mamba and FalconMamba"):
+        load_model(f"hf:{out}")
+
+
+def test_untied_output_layer_is_read(tmp_path: Path) -> None:
+    """A checkpoint with its own lm_head: the loaded model's output layer is that tensor, not the embedding."""
+    model = tiny_model("mamba", tie_word_embeddings=False)
+    from megaeval_testing.hf_ranks import save_bpe_tokenizer
+
+    save_bpe_tokenizer(tmp_path, vocab_size=300, chars=20_000)
+    model.save_pretrained(tmp_path)
+    lm = load_model(tmp_path, dtype="float64")
+    torch.testing.assert_close(lm.model.lm_head.weight, model.lm_head.weight.double())
+    assert not torch.equal(lm.model.lm_head.weight, lm.model.backbone.embeddings.weight)

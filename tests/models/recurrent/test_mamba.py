@@ -1,0 +1,127 @@
+"""Mamba-1 and FalconMamba: megaeval's chunked model against transformers' one-pass forward and a token loop, state
+carried across any split of calls, rows independent, states in float32 or wider, config errors in one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from megaeval.errors import MegaevalError
+from megaeval.models.recurrent.mamba import MambaConfig, MambaLayerState, MambaModel, MambaState
+from megaeval_testing.recurrent import float64_faithful, tiny_model
+
+KINDS = ["mamba", "falcon_mamba"]
+
+
+def pair(kind: str, dtype: torch.dtype = torch.float64, chunk: int = 16, **overrides):
+    ref = tiny_model(kind, **overrides).to(dtype)
+    model = MambaModel(MambaConfig.from_hf(ref.config.to_dict()), chunk=chunk).to(dtype)
+    model.load_state_dict(ref.state_dict(), strict=True)
+    return ref, model.eval()
+
+
+def run(model: MambaModel, tokens: torch.Tensor, sizes: list[int] | None = None, state=None):
+    state = model.init_state(tokens.shape[0]) if state is None else state
+    sizes = sizes or [tokens.shape[1]]
+    out, at = [], 0
+    with torch.no_grad():
+        for n in sizes:
+            hidden, state = model(tokens[:, at : at + n], state)
+            out.append(model.logits(hidden))
+            at += n
+    return torch.cat(out, 1), state
+
+
+def tokens_of(B: int, T: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, 300, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("T", [1, 37, 200])
+def test_one_call_equals_transformers_one_pass(kind: str, T: int) -> None:
+    ref, model = pair(kind)
+    tokens = tokens_of(2, T)
+    with torch.no_grad(), float64_faithful():
+        want = ref(input_ids=tokens, use_cache=False).logits
+    got, _ = run(model, tokens)
+    torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-8 * want.abs().max())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_any_split_equals_one_call_and_the_token_loop(kind: str) -> None:
+    _, model = pair(kind)
+    tokens = tokens_of(2, 200, seed=1)
+    whole, end = run(model, tokens)
+    split, end_split = run(model, tokens, [1, 5, 63, 2, 129])
+    torch.testing.assert_close(split, whole, rtol=1e-10, atol=1e-10 * whole.abs().max())
+    with torch.no_grad():
+        hidden, end_ref = model.forward_reference(tokens, model.init_state(2))
+    torch.testing.assert_close(model.logits(hidden), whole, rtol=1e-10, atol=1e-10 * whole.abs().max())
+    for a, b in zip(end.layers, end_split.layers, strict=True):
+        torch.testing.assert_close(a.ssm, b.ssm, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(a.conv, b.conv)
+    assert end.position == end_split.position == 200
+
+
+def test_transformers_float32_casts_are_the_only_difference() -> None:
+    """Against transformers as shipped (float32 inside its float64 model) agreement is about 1e-7, not better."""
+    ref, model = pair("mamba")
+    tokens = tokens_of(1, 100)
+    with torch.no_grad():
+        want = ref(input_ids=tokens, use_cache=False).logits
+    got, _ = run(model, tokens)
+    assert want.dtype == torch.float32  # its logits too
+    torch.testing.assert_close(got.float(), want, rtol=1e-5, atol=1e-5 * want.abs().max())
+
+
+def test_state_size_is_constant_and_rows_are_independent() -> None:
+    _, model = pair("mamba")
+    tokens = tokens_of(3, 120, seed=2)
+    _, after10 = run(model, tokens[:, :10])
+    logits, after120 = run(model, tokens)
+    assert after10.nbytes() == after120.nbytes() == model.init_state(3).nbytes()
+    alone, _ = run(model, tokens[1:2])
+    torch.testing.assert_close(logits[1:2], alone, rtol=1e-12, atol=1e-12)
+    padded = tokens.clone()
+    padded[0, 50:] = 0  # right padding changes nothing before it
+    logits_padded, _ = run(model, padded)
+    torch.testing.assert_close(logits_padded[0, :50], logits[0, :50], rtol=1e-12, atol=1e-12)
+
+
+def test_repeat_then_continue_equals_continuing_each_row() -> None:
+    _, model = pair("falcon_mamba")
+    prefix, cont = tokens_of(2, 30, seed=3), tokens_of(6, 20, seed=4)
+    _, state = run(model, prefix)
+    together, _ = run(model, cont, state=state.repeat(3))
+    for i in range(6):
+        r = i // 3
+        row = MambaState([MambaLayerState(s.conv[r : r + 1], s.ssm[r : r + 1]) for s in state.layers], state.position)
+        one, _ = run(model, cont[i : i + 1], state=row.clone())
+        torch.testing.assert_close(together[i : i + 1], one, rtol=1e-12, atol=1e-12)
+    assert state.batch_size == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_states_are_float32_for_narrow_models(dtype: torch.dtype) -> None:
+    ref, model = pair("mamba", dtype=dtype)
+    state = model.init_state(1)
+    assert all(s.ssm.dtype == torch.float32 for s in state.layers)
+    logits, after = run(model, tokens_of(1, 70))
+    assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
+    assert all(s.ssm.dtype == torch.float32 for s in after.layers)
+    with torch.no_grad():
+        want = ref(input_ids=tokens_of(1, 70), use_cache=False).logits.float()
+    tol = 1e-4 if dtype == torch.float32 else 0.1
+    torch.testing.assert_close(logits, want, rtol=tol, atol=tol * want.abs().max())
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [("hidden_size", 0, "hidden_size must be a positive integer"), ("hidden_act", "gelu", "hidden_act 'gelu'"),
+     ("use_bias", "yes", "use_bias must be true or false"), ("layer_norm_epsilon", -1, "layer_norm_epsilon")],
+)  # fmt: skip
+def test_config_errors_are_one_line(field: str, value, message: str) -> None:
+    raw = tiny_model("mamba").config.to_dict()
+    with pytest.raises(MegaevalError, match=message) as err:
+        MambaConfig.from_hf({**raw, field: value}, "c.json")
+    assert "\n" not in str(err.value) and str(err.value).startswith("c.json")
