@@ -30,21 +30,24 @@ def state_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _positive_int(raw: dict[str, Any], key: str, source: str, default: Any = None) -> int:
+def positive_int(raw: dict[str, Any], key: str, source: str, default: Any = None) -> int:
+    """raw[key] (or `default` when absent), checked to be a positive integer."""
     value = raw.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise fail(f"{source}: {key} must be a positive integer, got {value!r}")
     return value
 
 
-def _positive_float(raw: dict[str, Any], key: str, source: str, default: float) -> float:
+def positive_float(raw: dict[str, Any], key: str, source: str, default: float) -> float:
+    """raw[key] (or `default`), checked to be a positive finite number."""
     value = raw.get(key, default)
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
         raise fail(f"{source}: {key} must be a positive number, got {value!r}")
     return float(value)
 
 
-def _flag(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
+def flag(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
+    """raw[key] (or `default`), checked to be true or false."""
     value = raw.get(key, default)
     if not isinstance(value, bool):
         raise fail(f"{source}: {key} must be true or false, got {value!r}")
@@ -86,24 +89,24 @@ class MambaConfig:
         act = raw.get("hidden_act", "silu")
         if act != "silu":
             raise fail(f"{source}: hidden_act {act!r} is not supported", "Mamba checkpoints use silu")
-        hidden = _positive_int(raw, "hidden_size", source, 768)
+        hidden = positive_int(raw, "hidden_size", source, 768)
         rank = raw.get("time_step_rank", "auto")
         rank = math.ceil(hidden / 16) if rank == "auto" else rank
         return cls(
-            vocab_size=_positive_int(raw, "vocab_size", source, 50280),
+            vocab_size=positive_int(raw, "vocab_size", source, 50280),
             hidden_size=hidden,
-            state_size=_positive_int(raw, "state_size", source, 16),
-            num_hidden_layers=_positive_int(raw, "num_hidden_layers", source, 32),
-            expand=_positive_int(raw, "expand", source, 2),
-            conv_kernel=_positive_int(raw, "conv_kernel", source, 4),
-            time_step_rank=_positive_int({"time_step_rank": rank}, "time_step_rank", source),
-            layer_norm_epsilon=_positive_float(raw, "layer_norm_epsilon", source, 1e-5),
-            use_bias=_flag(raw, "use_bias", source, False),
-            use_conv_bias=_flag(raw, "use_conv_bias", source, True),
-            residual_in_fp32=_flag(raw, "residual_in_fp32", source, True),
-            tie_word_embeddings=_flag(raw, "tie_word_embeddings", source, True),
+            state_size=positive_int(raw, "state_size", source, 16),
+            num_hidden_layers=positive_int(raw, "num_hidden_layers", source, 32),
+            expand=positive_int(raw, "expand", source, 2),
+            conv_kernel=positive_int(raw, "conv_kernel", source, 4),
+            time_step_rank=positive_int({"time_step_rank": rank}, "time_step_rank", source),
+            layer_norm_epsilon=positive_float(raw, "layer_norm_epsilon", source, 1e-5),
+            use_bias=flag(raw, "use_bias", source, False),
+            use_conv_bias=flag(raw, "use_conv_bias", source, True),
+            residual_in_fp32=flag(raw, "residual_in_fp32", source, True),
+            tie_word_embeddings=flag(raw, "tie_word_embeddings", source, True),
             bc_dt_norm=raw.get("model_type") == "falcon_mamba",
-            mixer_rms_eps=_positive_float(raw, "mixer_rms_eps", source, 1e-6),
+            mixer_rms_eps=positive_float(raw, "mixer_rms_eps", source, 1e-6),
         )
 
 
@@ -151,6 +154,15 @@ class MambaState:
 # ------------------------------------------------------------------------------------- modules
 
 
+def causal_conv(x: Tensor, conv_state: Tensor, conv: nn.Conv1d) -> tuple[Tensor, Tensor]:
+    """silu of the causal depthwise conv of x [B, T, C] continuing `conv_state` [B, C, k-1] (the inputs before x):
+    ([B, T, C], the new conv state: the last k-1 inputs)."""
+    k = conv.weight.shape[-1]
+    full = torch.cat([conv_state.to(x.dtype), x.transpose(1, 2)], dim=2)
+    out = F.conv1d(full, conv.weight, conv.bias, groups=full.shape[1])
+    return F.silu(out).transpose(1, 2), full[:, :, full.shape[2] - (k - 1) :]
+
+
 def rms_norm(x: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
     """x / rms(x) over the last dim, computed in float32 at least, returned in x's dtype (times `weight`)."""
     wide = x.to(torch.promote_types(x.dtype, torch.float32))
@@ -177,6 +189,7 @@ class MambaMixer(nn.Module):
         super().__init__()
         E, N = c.intermediate_size, c.state_size
         self.config = c
+        self.conv_dim, self.ssm_shape = E, (E, N)
         self.in_proj = nn.Linear(c.hidden_size, 2 * E, bias=c.use_bias)
         self.conv1d = nn.Conv1d(E, E, c.conv_kernel, groups=E, bias=c.use_conv_bias, padding=c.conv_kernel - 1)
         self.x_proj = nn.Linear(E, c.time_step_rank + 2 * N, bias=False)
@@ -184,13 +197,6 @@ class MambaMixer(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(E, N))
         self.D = nn.Parameter(torch.ones(E))
         self.out_proj = nn.Linear(E, c.hidden_size, bias=c.use_bias)
-
-    def convolve(self, xs: Tensor, conv_state: Tensor) -> tuple[Tensor, Tensor]:
-        """silu(causal conv) of xs [B, T, E] continuing `conv_state` [B, E, k-1]: ([B, T, E], the new conv state)."""
-        k = self.config.conv_kernel
-        full = torch.cat([conv_state.to(xs.dtype), xs.transpose(1, 2)], dim=2)
-        out = F.conv1d(full, self.conv1d.weight, self.conv1d.bias, groups=full.shape[1])
-        return F.silu(out).transpose(1, 2), full[:, :, full.shape[2] - (k - 1) :]
 
     def selective(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(dt [B, T, E] after softplus, B [B, T, N], C [B, T, N]) of the conv output u."""
@@ -219,12 +225,10 @@ class MambaMixer(nn.Module):
         y = torch.cat(ys, dim=1) if ys else u.new_zeros(u.shape, dtype=sd)
         return y + u.to(sd) * self.D.to(sd), h
 
-    def forward(
-        self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Scan = scan
-    ) -> tuple[Tensor, MambaLayerState]:
+    def forward(self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Scan | None = None) -> tuple[Tensor, Any]:
         xs, z = self.in_proj(x).chunk(2, dim=-1)
-        u, conv = self.convolve(xs, st.conv)
-        y, h = self.ssm(u, st.ssm, chunk, scan_fn)
+        u, conv = causal_conv(xs, st.conv, self.conv1d)
+        y, h = self.ssm(u, st.ssm, chunk, scan_fn or scan)
         y = (y * F.silu(z.to(y.dtype))).to(x.dtype)
         return self.out_proj(y), MambaLayerState(conv, h)
 
@@ -232,13 +236,13 @@ class MambaMixer(nn.Module):
 class MambaBlock(nn.Module):
     """Pre-norm residual block around the mixer (the residual in float32 at least when residual_in_fp32)."""
 
-    def __init__(self, c: MambaConfig):
+    def __init__(self, c: Any, mixer: type[nn.Module]):
         super().__init__()
         self.norm = RMSNorm(c.hidden_size, c.layer_norm_epsilon)
-        self.mixer = MambaMixer(c)
+        self.mixer = mixer(c)
         self.residual_in_fp32 = c.residual_in_fp32
 
-    def forward(self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Scan) -> tuple[Tensor, MambaLayerState]:
+    def forward(self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Any) -> tuple[Tensor, MambaLayerState]:
         residual = x.to(torch.promote_types(x.dtype, torch.float32)) if self.residual_in_fp32 else x
         out, st = self.mixer(self.norm(x.to(self.norm.weight.dtype)), st, chunk, scan_fn)
         return residual + out, st
@@ -247,22 +251,24 @@ class MambaBlock(nn.Module):
 class Backbone(nn.Module):
     """Embedding, blocks and final norm (transformers' `backbone`)."""
 
-    def __init__(self, c: MambaConfig):
+    def __init__(self, c: Any, mixer: type[nn.Module]):
         super().__init__()
         self.embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList(MambaBlock(c) for _ in range(c.num_hidden_layers))
+        self.layers = nn.ModuleList(MambaBlock(c, mixer) for _ in range(c.num_hidden_layers))
         self.norm_f = RMSNorm(c.hidden_size, c.layer_norm_epsilon)
 
 
 class MambaModel(nn.Module):
-    """A Mamba / FalconMamba causal LM with transformers' parameter names; state in, state out."""
+    """A Mamba / FalconMamba causal LM with transformers' parameter names; state in, state out. Mamba-2 is the
+    same model with another mixer (mamba2.py)."""
 
     TIED_KEYS = {"lm_head.weight": "backbone.embeddings.weight"}
+    MIXER: type[nn.Module] = MambaMixer
 
-    def __init__(self, config: MambaConfig, chunk: int = 64):
+    def __init__(self, config: Any, chunk: int = 64):
         super().__init__()
         self.config, self.chunk = config, chunk
-        self.backbone = Backbone(config)
+        self.backbone = Backbone(config, self.MIXER)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.backbone.embeddings.weight
@@ -270,15 +276,15 @@ class MambaModel(nn.Module):
     def init_state(self, batch_size: int) -> MambaState:
         """A fresh state (zeros) for `batch_size` sequences, on the model's device."""
         c, w = self.config, self.backbone.embeddings.weight
-        E = c.intermediate_size
         return MambaState([
-            MambaLayerState(w.new_zeros(batch_size, E, c.conv_kernel - 1),
-                            w.new_zeros(batch_size, E, c.state_size, dtype=state_dtype(w.dtype)))
-            for _ in range(c.num_hidden_layers)
+            MambaLayerState(w.new_zeros(batch_size, block.mixer.conv_dim, c.conv_kernel - 1),
+                            w.new_zeros(batch_size, *block.mixer.ssm_shape, dtype=state_dtype(w.dtype)))
+            for block in self.backbone.layers
         ])  # fmt: skip
 
-    def forward(self, tokens: Tensor, state: MambaState, scan_fn: Scan = scan) -> tuple[Tensor, MambaState]:
-        """Final hidden states [B, T, D] (after norm_f) of tokens [B, T] after `state`, and the state after them."""
+    def forward(self, tokens: Tensor, state: MambaState, scan_fn: Any = None) -> tuple[Tensor, MambaState]:
+        """Final hidden states [B, T, D] (after norm_f) of tokens [B, T] after `state`, and the state after them
+        (`scan_fn`: the mixer's scan in place of its chunked one, for the tests' references)."""
         x = self.backbone.embeddings(tokens)
         layers = []
         for block, st in zip(self.backbone.layers, state.layers, strict=True):

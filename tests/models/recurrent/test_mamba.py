@@ -1,5 +1,6 @@
-"""Mamba-1 and FalconMamba: megaeval's chunked model against transformers' one-pass forward and a token loop, state
-carried across any split of calls, rows independent, states in float32 or wider, config errors in one line."""
+"""Mamba-1, FalconMamba and Mamba-2: megaeval's chunked model against transformers' one-pass forward and a
+token loop, state carried across any split of calls, rows independent, states in float32 or wider, one-line
+config errors."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import torch
 
 from megaeval.errors import MegaevalError
 from megaeval.models.recurrent.mamba import MambaConfig, MambaLayerState, MambaModel, MambaState
+from megaeval.models.recurrent.mamba2 import Mamba2Config, Mamba2Model
 from megaeval_testing.recurrent import float64_faithful, tiny_model
 
-KINDS = ["mamba", "falcon_mamba"]
+CLASSES = {"mamba": (MambaConfig, MambaModel), "falcon_mamba": (MambaConfig, MambaModel),
+           "mamba2": (Mamba2Config, Mamba2Model)}  # fmt: skip
+KINDS = list(CLASSES)
 
 
 def pair(kind: str, dtype: torch.dtype = torch.float64, chunk: int = 16, **overrides):
     ref = tiny_model(kind, **overrides).to(dtype)
-    model = MambaModel(MambaConfig.from_hf(ref.config.to_dict()), chunk=chunk).to(dtype)
+    config_class, model_class = CLASSES[kind]
+    model = model_class(config_class.from_hf(ref.config.to_dict()), chunk=chunk).to(dtype)
     model.load_state_dict(ref.state_dict(), strict=True)
     return ref, model.eval()
 
@@ -39,7 +44,7 @@ def tokens_of(B: int, T: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("T", [1, 37, 200])
 def test_one_call_equals_transformers_one_pass(kind: str, T: int) -> None:
-    ref, model = pair(kind)
+    ref, model = pair(kind, chunk=64 if kind == "mamba2" else 16)
     tokens = tokens_of(2, T)
     with torch.no_grad(), float64_faithful():
         want = ref(input_ids=tokens, use_cache=False).logits
@@ -63,9 +68,10 @@ def test_any_split_equals_one_call_and_the_token_loop(kind: str) -> None:
     assert end.position == end_split.position == 200
 
 
-def test_transformers_float32_casts_are_the_only_difference() -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_transformers_float32_casts_are_the_only_difference(kind: str) -> None:
     """Against transformers as shipped (float32 inside its float64 model) agreement is about 1e-7, not better."""
-    ref, model = pair("mamba")
+    ref, model = pair(kind)
     tokens = tokens_of(1, 100)
     with torch.no_grad():
         want = ref(input_ids=tokens, use_cache=False).logits
@@ -74,8 +80,9 @@ def test_transformers_float32_casts_are_the_only_difference() -> None:
     torch.testing.assert_close(got.float(), want, rtol=1e-5, atol=1e-5 * want.abs().max())
 
 
-def test_state_size_is_constant_and_rows_are_independent() -> None:
-    _, model = pair("mamba")
+@pytest.mark.parametrize("kind", ["mamba", "mamba2"])
+def test_state_size_is_constant_and_rows_are_independent(kind: str) -> None:
+    _, model = pair(kind)
     tokens = tokens_of(3, 120, seed=2)
     _, after10 = run(model, tokens[:, :10])
     logits, after120 = run(model, tokens)
@@ -88,8 +95,9 @@ def test_state_size_is_constant_and_rows_are_independent() -> None:
     torch.testing.assert_close(logits_padded[0, :50], logits[0, :50], rtol=1e-12, atol=1e-12)
 
 
-def test_repeat_then_continue_equals_continuing_each_row() -> None:
-    _, model = pair("falcon_mamba")
+@pytest.mark.parametrize("kind", ["falcon_mamba", "mamba2"])
+def test_repeat_then_continue_equals_continuing_each_row(kind: str) -> None:
+    _, model = pair(kind)
     prefix, cont = tokens_of(2, 30, seed=3), tokens_of(6, 20, seed=4)
     _, state = run(model, prefix)
     together, _ = run(model, cont, state=state.repeat(3))
@@ -101,9 +109,10 @@ def test_repeat_then_continue_equals_continuing_each_row() -> None:
     assert state.batch_size == 2
 
 
+@pytest.mark.parametrize("kind", ["mamba", "mamba2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_states_are_float32_for_narrow_models(dtype: torch.dtype) -> None:
-    ref, model = pair("mamba", dtype=dtype)
+def test_states_are_float32_for_narrow_models(kind: str, dtype: torch.dtype) -> None:
+    ref, model = pair(kind, dtype=dtype)
     state = model.init_state(1)
     assert all(s.ssm.dtype == torch.float32 for s in state.layers)
     logits, after = run(model, tokens_of(1, 70))
@@ -125,3 +134,27 @@ def test_config_errors_are_one_line(field: str, value, message: str) -> None:
     with pytest.raises(MegaevalError, match=message) as err:
         MambaConfig.from_hf({**raw, field: value}, "c.json")
     assert "\n" not in str(err.value) and str(err.value).startswith("c.json")
+
+
+def test_mamba2_chunk_form_equals_the_token_loop_with_extreme_decays() -> None:
+    """Decays that underflow within a chunk (dt * A down to -700) and none at all: chunk form == token loop."""
+    from megaeval.models.recurrent.mamba2 import ssd_chunk, ssd_reference
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 40, 3, 4, generator=g, dtype=torch.float64)
+    b, c = (torch.randn(2, 40, 3, 5, generator=g, dtype=torch.float64) for _ in range(2))
+    h0 = torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64)
+    for log_a in (-700 * torch.rand(2, 40, 3, generator=g, dtype=torch.float64), torch.zeros(2, 40, 3).double()):
+        y, h = ssd_chunk(x, log_a, b, c, h0)
+        y_ref, h_ref = ssd_reference(x, log_a, b, c, h0)
+        assert torch.isfinite(y).all()
+        torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(h, h_ref, rtol=1e-10, atol=1e-10)
+
+
+def test_mamba2_config_checks_heads() -> None:
+    raw = tiny_model("mamba2").config.to_dict()
+    with pytest.raises(MegaevalError, match="num_heads \\* head_dim"):
+        Mamba2Config.from_hf({**raw, "head_dim": 8}, "c.json")
+    with pytest.raises(MegaevalError, match="time_step_limit"):
+        Mamba2Config.from_hf({**raw, "time_step_limit": [1.0]}, "c.json")
