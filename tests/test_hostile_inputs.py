@@ -638,7 +638,7 @@ CASES = [
          lambda c: edit_json(c.copy("llama") / "config.json", lambda d: d.update(vocab_size=100))),
     Case("info/hf-mamba-config-over-llama-weights", "info hf:{llama}", r"model\.safetensors does not match config",
          hf_config(model_type="mamba")),
-    Case("info/hf-rwkv-not-streamed-yet", "info hf:{llama}", r"is a rwkv model: megaeval does not stream",
+    Case("info/hf-rwkv-config-over-llama-weights", "info hf:{llama}", r"model\.safetensors does not match config",
          hf_config(model_type="rwkv")),
     Case("info/hf-hybrid-is-refused", "info hf:{llama}", r"is a jamba model: megaeval does not stream",
          hf_config(model_type="jamba")),

@@ -123,7 +123,7 @@ def test_hybrids_are_refused_naming_what_runs(saved: dict[str, Path], tmp_path: 
     out = shutil.copytree(saved["mamba"], tmp_path / "jamba")
     cfg = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**cfg, "model_type": "jamba"}))
-    with pytest.raises(MegaevalError, match="is a jamba model.*Mamba, FalconMamba and Mamba-2"):
+    with pytest.raises(MegaevalError, match="is a jamba model.*Mamba, FalconMamba, Mamba-2 and RWKV-4"):
         load_model(f"hf:{out}")
 
 

@@ -1,24 +1,34 @@
-"""Mamba-1, FalconMamba and Mamba-2: megaeval's chunked model against transformers' one-pass forward and a
+"""Mamba-1, FalconMamba, Mamba-2 and RWKV-4: megaeval's chunked models against transformers' one-pass forward and a
 token loop, state carried across any split of calls, rows independent, states in float32 or wider, one-line
 config errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from megaeval.errors import MegaevalError
-from megaeval.models.recurrent.mamba import MambaConfig, MambaLayerState, MambaModel, MambaState
+from megaeval.models.recurrent.mamba import MambaConfig, MambaModel
 from megaeval.models.recurrent.mamba2 import Mamba2Config, Mamba2Model
+from megaeval.models.recurrent.rwkv import RwkvConfig, RwkvModel
 from megaeval_testing.recurrent import float64_faithful, tiny_model
 
 CLASSES = {"mamba": (MambaConfig, MambaModel), "falcon_mamba": (MambaConfig, MambaModel),
-           "mamba2": (Mamba2Config, Mamba2Model)}  # fmt: skip
+           "mamba2": (Mamba2Config, Mamba2Model), "rwkv": (RwkvConfig, RwkvModel)}  # fmt: skip
 KINDS = list(CLASSES)
 
 
 def pair(kind: str, dtype: torch.dtype = torch.float64, chunk: int = 16, **overrides):
     ref = tiny_model(kind, **overrides).to(dtype)
+    if kind == "rwkv":  # decays, bonuses and keys large enough that the stable form matters
+        with torch.no_grad():
+            for name, p in ref.named_parameters():
+                if "time_decay" in name or "time_first" in name:
+                    p.copy_(2 * torch.randn_like(p))
+                if name.endswith("attention.key.weight"):
+                    p.mul_(30)
     config_class, model_class = CLASSES[kind]
     model = model_class(config_class.from_hf(ref.config.to_dict()), chunk=chunk).to(dtype)
     model.load_state_dict(ref.state_dict(), strict=True)
@@ -35,6 +45,17 @@ def run(model: MambaModel, tokens: torch.Tensor, sizes: list[int] | None = None,
             out.append(model.logits(hidden))
             at += n
     return torch.cat(out, 1), state
+
+
+def row_of(state, r: int):
+    """Row r of a state as a state of one row (every tensor of every layer sliced)."""
+    layers = [type(s)(*(getattr(s, f.name)[r : r + 1].clone() for f in dataclasses.fields(s))) for s in state.layers]
+    return type(state)(layers, state.position)
+
+
+def recurrent_parts(layer) -> torch.Tensor:
+    """The tensor a layer's recurrence accumulates in (SSM state, WKV numerator)."""
+    return layer.ssm if hasattr(layer, "ssm") else layer.num
 
 
 def tokens_of(B: int, T: int, seed: int = 0) -> torch.Tensor:
@@ -63,8 +84,7 @@ def test_any_split_equals_one_call_and_the_token_loop(kind: str) -> None:
         hidden, end_ref = model.forward_reference(tokens, model.init_state(2))
     torch.testing.assert_close(model.logits(hidden), whole, rtol=1e-10, atol=1e-10 * whole.abs().max())
     for a, b in zip(end.layers, end_split.layers, strict=True):
-        torch.testing.assert_close(a.ssm, b.ssm, rtol=1e-10, atol=1e-12)
-        torch.testing.assert_close(a.conv, b.conv)
+        torch.testing.assert_close(recurrent_parts(a), recurrent_parts(b), rtol=1e-10, atol=1e-12)
     assert end.position == end_split.position == 200
 
 
@@ -76,11 +96,10 @@ def test_transformers_float32_casts_are_the_only_difference(kind: str) -> None:
     with torch.no_grad():
         want = ref(input_ids=tokens, use_cache=False).logits
     got, _ = run(model, tokens)
-    assert want.dtype == torch.float32  # its logits too
-    torch.testing.assert_close(got.float(), want, rtol=1e-5, atol=1e-5 * want.abs().max())
+    torch.testing.assert_close(got.to(want.dtype), want, rtol=1e-5, atol=1e-5 * want.abs().max())
 
 
-@pytest.mark.parametrize("kind", ["mamba", "mamba2"])
+@pytest.mark.parametrize("kind", ["mamba", "mamba2", "rwkv"])
 def test_state_size_is_constant_and_rows_are_independent(kind: str) -> None:
     _, model = pair(kind)
     tokens = tokens_of(3, 120, seed=2)
@@ -95,29 +114,27 @@ def test_state_size_is_constant_and_rows_are_independent(kind: str) -> None:
     torch.testing.assert_close(logits_padded[0, :50], logits[0, :50], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["falcon_mamba", "mamba2"])
+@pytest.mark.parametrize("kind", ["falcon_mamba", "mamba2", "rwkv"])
 def test_repeat_then_continue_equals_continuing_each_row(kind: str) -> None:
     _, model = pair(kind)
     prefix, cont = tokens_of(2, 30, seed=3), tokens_of(6, 20, seed=4)
     _, state = run(model, prefix)
     together, _ = run(model, cont, state=state.repeat(3))
     for i in range(6):
-        r = i // 3
-        row = MambaState([MambaLayerState(s.conv[r : r + 1], s.ssm[r : r + 1]) for s in state.layers], state.position)
-        one, _ = run(model, cont[i : i + 1], state=row.clone())
+        one, _ = run(model, cont[i : i + 1], state=row_of(state, i // 3))
         torch.testing.assert_close(together[i : i + 1], one, rtol=1e-12, atol=1e-12)
     assert state.batch_size == 2
 
 
-@pytest.mark.parametrize("kind", ["mamba", "mamba2"])
+@pytest.mark.parametrize("kind", ["mamba", "mamba2", "rwkv"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_states_are_float32_for_narrow_models(kind: str, dtype: torch.dtype) -> None:
     ref, model = pair(kind, dtype=dtype)
     state = model.init_state(1)
-    assert all(s.ssm.dtype == torch.float32 for s in state.layers)
+    assert all(recurrent_parts(s).dtype == torch.float32 for s in state.layers)
     logits, after = run(model, tokens_of(1, 70))
     assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
-    assert all(s.ssm.dtype == torch.float32 for s in after.layers)
+    assert all(recurrent_parts(s).dtype == torch.float32 for s in after.layers)
     with torch.no_grad():
         want = ref(input_ids=tokens_of(1, 70), use_cache=False).logits.float()
     tol = 1e-4 if dtype == torch.float32 else 0.1
@@ -158,3 +175,22 @@ def test_mamba2_config_checks_heads() -> None:
         Mamba2Config.from_hf({**raw, "head_dim": 8}, "c.json")
     with pytest.raises(MegaevalError, match="time_step_limit"):
         Mamba2Config.from_hf({**raw, "time_step_limit": [1.0]}, "c.json")
+
+
+def test_rwkv_chunk_form_equals_the_token_loop_with_extreme_keys() -> None:
+    """Keys of +-300 and bonuses that dwarf them (exp would overflow float64 unshifted): chunk form == token loop."""
+    from megaeval.models.recurrent.rwkv import EMPTY_MAX, wkv_chunk, wkv_reference
+
+    g = torch.Generator().manual_seed(6)
+    k = 300 * torch.randn(2, 40, 5, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 40, 5, generator=g, dtype=torch.float64)
+    w, u = -torch.rand(5, generator=g, dtype=torch.float64) * 5, 200 * torch.randn(5, generator=g, dtype=torch.float64)
+    start = (torch.zeros(2, 5).double(), torch.zeros(2, 5).double(), torch.full((2, 5), EMPTY_MAX).double())
+    for state in (start, wkv_reference(w, u, k[:, :7], v[:, :7], *start)[1:]):
+        got, want = wkv_chunk(w, u, k, v, *state), wkv_reference(w, u, k, v, *state)
+        assert torch.isfinite(got[0]).all()
+        torch.testing.assert_close(got[0], want[0], rtol=1e-10, atol=1e-12)
+        # the states may keep different maxima: compare the sums they stand for, relative to the larger max
+        top = torch.maximum(got[3], want[3])
+        for a, b in ((got[1], want[1]), (got[2], want[2])):
+            torch.testing.assert_close(a * (got[3] - top).exp(), b * (want[3] - top).exp(), rtol=1e-10, atol=1e-12)
