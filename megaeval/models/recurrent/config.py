@@ -35,14 +35,14 @@ ARCHITECTURES = {
     "falcon_mamba": Architecture("mamba", "MambaConfig", "MambaModel", "FalconMamba"),
     "mamba2": Architecture("mamba2", "Mamba2Config", "Mamba2Model", "Mamba-2"),
     "rwkv": Architecture("rwkv", "RwkvConfig", "RwkvModel", "RWKV-4"),
+    "recurrent_gemma": Architecture("recurrent_gemma", "RecurrentGemmaConfig", "RecurrentGemmaModel", "RecurrentGemma"),
 }
-SUPPORTED = "Mamba, FalconMamba, Mamba-2 and RWKV-4"  # RecurrentGemma follows (#21)
+SUPPORTED = "Mamba, FalconMamba, Mamba-2, RWKV-4 and RecurrentGemma"
 # Hybrids and other non-Transformer architectures transformers loads as causal LMs: neither family streams them
 # exactly (their states mix attention caches with recurrences megaeval does not implement), so they are refused.
 REFUSED_TYPES = (
     "jamba", "bamba", "zamba", "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2", "lfm2_vl",
     "qwen3_next", "plamo2", "xlstm", "minimax", "rwkv5", "rwkv6", "rwkv7",
-    "recurrent_gemma",  # recurrent, streamed exactly by families not written yet (issue #21)
 )  # fmt: skip
 
 

@@ -154,13 +154,13 @@ class MambaState:
 # ------------------------------------------------------------------------------------- modules
 
 
-def causal_conv(x: Tensor, conv_state: Tensor, conv: nn.Conv1d) -> tuple[Tensor, Tensor]:
-    """silu of the causal depthwise conv of x [B, T, C] continuing `conv_state` [B, C, k-1] (the inputs before x):
+def causal_conv(x: Tensor, conv_state: Tensor, conv: nn.Conv1d, silu: bool = True) -> tuple[Tensor, Tensor]:
+    """(silu of) the causal depthwise conv of x [B, T, C] continuing `conv_state` [B, C, k-1] (the inputs before x):
     ([B, T, C], the new conv state: the last k-1 inputs)."""
     k = conv.weight.shape[-1]
     full = torch.cat([conv_state.to(x.dtype), x.transpose(1, 2)], dim=2)
     out = F.conv1d(full, conv.weight, conv.bias, groups=full.shape[1])
-    return F.silu(out).transpose(1, 2), full[:, :, full.shape[2] - (k - 1) :]
+    return (F.silu(out) if silu else out).transpose(1, 2), full[:, :, full.shape[2] - (k - 1) :]
 
 
 def rms_norm(x: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:

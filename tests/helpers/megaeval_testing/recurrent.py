@@ -65,9 +65,9 @@ def save_tiny(folder: Path, model_type: str, seed: int = 0, **overrides: Any) ->
 def float64_faithful() -> Iterator[None]:
     """transformers' recurrent models with their float32 casts lifted for float64 tensors.
 
-    Its Mamba, FalconMamba, Mamba-2 and RWKV code casts to float32 inside the RMS norms, the residual and the scan
-    (`.float()`, `.to(torch.float32)`) even in a float64 model, which caps agreement at about 1e-7; within this
-    context those casts leave float64 tensors as they are, so its one-pass forward is a float64 reference.
+    Its recurrent models cast to float32 inside norms, residuals and scans (`.float()`, `.to(torch.float32)`,
+    `.type(torch.float32)`) even in a float64 model, which caps agreement at about 1e-7; within this context those
+    casts leave float64 tensors as they are, so its one-pass forward is a float64 reference.
     """
     original_float, original_to = torch.Tensor.float, torch.Tensor.to
 
@@ -80,8 +80,15 @@ def float64_faithful() -> Iterator[None]:
             return self
         return original_to(self, *args, **kwargs)
 
-    torch.Tensor.float, torch.Tensor.to = keep_float, keep_to
+    def keep_type(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        target = kwargs.get("dtype", args[0] if args else None)
+        if self.dtype == torch.float64 and target is torch.float32:
+            return self
+        return original_type(self, *args, **kwargs)
+
+    original_type = torch.Tensor.type
+    torch.Tensor.float, torch.Tensor.to, torch.Tensor.type = keep_float, keep_to, keep_type
     try:
         yield
     finally:
-        torch.Tensor.float, torch.Tensor.to = original_float, original_to
+        torch.Tensor.float, torch.Tensor.to, torch.Tensor.type = original_float, original_to, original_type

@@ -1,6 +1,6 @@
-"""Mamba-1, FalconMamba, Mamba-2 and RWKV-4: megaeval's chunked models against transformers' one-pass forward and a
-token loop, state carried across any split of calls, rows independent, states in float32 or wider, one-line
-config errors."""
+"""Mamba-1, FalconMamba, Mamba-2, RWKV-4 and RecurrentGemma: megaeval's chunked models against transformers'
+one-pass forward and a token loop, state carried across any split of calls, rows independent, states in float32 or
+wider, one-line config errors."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import torch
 from megaeval.errors import MegaevalError
 from megaeval.models.recurrent.mamba import MambaConfig, MambaModel
 from megaeval.models.recurrent.mamba2 import Mamba2Config, Mamba2Model
+from megaeval.models.recurrent.recurrent_gemma import RecurrentGemmaConfig, RecurrentGemmaModel
 from megaeval.models.recurrent.rwkv import RwkvConfig, RwkvModel
 from megaeval_testing.recurrent import float64_faithful, tiny_model
 
 CLASSES = {"mamba": (MambaConfig, MambaModel), "falcon_mamba": (MambaConfig, MambaModel),
-           "mamba2": (Mamba2Config, Mamba2Model), "rwkv": (RwkvConfig, RwkvModel)}  # fmt: skip
+           "mamba2": (Mamba2Config, Mamba2Model), "rwkv": (RwkvConfig, RwkvModel),
+           "recurrent_gemma": (RecurrentGemmaConfig, RecurrentGemmaModel)}  # fmt: skip
 KINDS = list(CLASSES)
 
 
@@ -54,8 +56,11 @@ def row_of(state, r: int):
 
 
 def recurrent_parts(layer) -> torch.Tensor:
-    """The tensor a layer's recurrence accumulates in (SSM state, WKV numerator)."""
-    return layer.ssm if hasattr(layer, "ssm") else layer.num
+    """The tensor a layer's recurrence accumulates in (SSM state, WKV numerator, RG-LRU state, attention keys)."""
+    for name in ("ssm", "num", "lru", "keys"):
+        if hasattr(layer, name):
+            return getattr(layer, name)
+    raise AssertionError(f"no recurrent tensor in {layer}")
 
 
 def tokens_of(B: int, T: int, seed: int = 0) -> torch.Tensor:
@@ -99,7 +104,7 @@ def test_transformers_float32_casts_are_the_only_difference(kind: str) -> None:
     torch.testing.assert_close(got.to(want.dtype), want, rtol=1e-5, atol=1e-5 * want.abs().max())
 
 
-@pytest.mark.parametrize("kind", ["mamba", "mamba2", "rwkv"])
+@pytest.mark.parametrize("kind", ["mamba", "mamba2", "rwkv", "recurrent_gemma"])
 def test_state_size_is_constant_and_rows_are_independent(kind: str) -> None:
     _, model = pair(kind)
     tokens = tokens_of(3, 120, seed=2)
@@ -114,7 +119,7 @@ def test_state_size_is_constant_and_rows_are_independent(kind: str) -> None:
     torch.testing.assert_close(logits_padded[0, :50], logits[0, :50], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["falcon_mamba", "mamba2", "rwkv"])
+@pytest.mark.parametrize("kind", ["falcon_mamba", "mamba2", "rwkv", "recurrent_gemma"])
 def test_repeat_then_continue_equals_continuing_each_row(kind: str) -> None:
     _, model = pair(kind)
     prefix, cont = tokens_of(2, 30, seed=3), tokens_of(6, 20, seed=4)
@@ -126,15 +131,15 @@ def test_repeat_then_continue_equals_continuing_each_row(kind: str) -> None:
     assert state.batch_size == 2
 
 
-@pytest.mark.parametrize("kind", ["mamba", "mamba2", "rwkv"])
+@pytest.mark.parametrize("kind", ["mamba", "mamba2", "rwkv", "recurrent_gemma"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_states_are_float32_for_narrow_models(kind: str, dtype: torch.dtype) -> None:
     ref, model = pair(kind, dtype=dtype)
     state = model.init_state(1)
-    assert all(recurrent_parts(s).dtype == torch.float32 for s in state.layers)
+    assert all(recurrent_parts(s).dtype == torch.float32 for s in state.layers if not hasattr(s, "keys"))
     logits, after = run(model, tokens_of(1, 70))
     assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
-    assert all(recurrent_parts(s).dtype == torch.float32 for s in after.layers)
+    assert all(recurrent_parts(s).dtype == torch.float32 for s in after.layers if not hasattr(s, "keys"))
     with torch.no_grad():
         want = ref(input_ids=tokens_of(1, 70), use_cache=False).logits.float()
     tol = 1e-4 if dtype == torch.float32 else 0.1
@@ -194,3 +199,21 @@ def test_rwkv_chunk_form_equals_the_token_loop_with_extreme_keys() -> None:
         top = torch.maximum(got[3], want[3])
         for a, b in ((got[1], want[1]), (got[2], want[2])):
             torch.testing.assert_close(a * (got[3] - top).exp(), b * (want[3] - top).exp(), rtol=1e-10, atol=1e-12)
+
+
+def test_recurrent_gemma_attends_only_within_its_window() -> None:
+    """A token further back than attention_window_size reaches the attention layers only through the recurrent
+    ones: with the recurrent layers' outputs cut off, changing it changes nothing."""
+    _, model = pair("recurrent_gemma")
+    for block in model.model.layers:
+        if hasattr(block.temporal_block, "rg_lru"):
+            with torch.no_grad():
+                block.temporal_block.linear_out.weight.zero_()
+                block.temporal_block.linear_out.bias.zero_()
+    tokens = tokens_of(1, 60, seed=7)
+    other = tokens.clone()
+    other[0, 20] = (other[0, 20] + 1) % 300  # 39 tokens before the last one: outside a 16-token window
+    a, _ = run(model, tokens, [7, 30, 23])
+    b, _ = run(model, other)
+    torch.testing.assert_close(a[:, 36:], b[:, 36:], rtol=1e-12, atol=1e-12)  # 36 = 20 + 16: out of reach
+    assert not torch.allclose(a[:, 35], b[:, 35])  # the last position that still sees token 20
