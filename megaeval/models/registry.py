@@ -50,7 +50,8 @@ def chunk_parallel_lm(lm: Any, chunk: Any) -> Any:
     able = sorted(name for name, f in families().items() if f.chunk_parallel is not None)
     family = _FAMILIES.get(getattr(lm, "family", ""))
     if family is None or family.chunk_parallel is None:
-        raise fail(f"--chunk-parallel runs {' and '.join(able)} models only, not {getattr(lm, 'family', lm)}",
+        names = ", ".join(able[:-1]) + " and " + able[-1] if len(able) > 1 else "".join(able)
+        raise fail(f"--chunk-parallel runs {names} models only, not {getattr(lm, 'family', lm)}",
                    "use --chunk-parallel 1")  # fmt: skip
     spread = family.chunk_parallel
     if isinstance(spread, str):

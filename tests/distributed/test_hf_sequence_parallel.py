@@ -74,7 +74,9 @@ def test_other_families_are_refused_before_any_exchange():
     class RFA:
         family = "rfa"
 
-    with pytest.raises(MegaevalError, match="^--chunk-parallel runs hf and megalodon models only, not rfa; use --"):
+    with pytest.raises(
+        MegaevalError, match="^--chunk-parallel runs hf, megalodon and recurrent models only, not rfa; use --"
+    ):
         chunk_parallel_lm(RFA(), ChunkGroup(2, 0, (0, 1)))
 
 

@@ -21,14 +21,9 @@ from megaeval.distributed import (
 from megaeval.errors import MegaevalError, fail
 from megaeval.kernels.cema import cema
 from megaeval.kernels.timestep_norm import timestep_norm
+from megaeval.models.group import chunk_slices
 from megaeval.models.megalodon import MegalodonLM
-from megaeval.models.megalodon.parallel import (
-    advance,
-    chunk_slices,
-    merge,
-    score_chunk_parallel,
-    slice_moments,
-)
+from megaeval.models.megalodon.parallel import advance, merge, score_chunk_parallel, slice_moments
 from megaeval.models.megalodon.state import NormState
 from megaeval_testing import VOCAB, FakeTokenizer, random_model, small_args
 

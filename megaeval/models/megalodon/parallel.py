@@ -53,28 +53,10 @@ from torch import Tensor, nn
 from ...distributed.exchange import Exchange
 from ...errors import fail
 from ...kernels.cema import complex_powers
-from ...kernels.nll import IGNORE_INDEX
-from ..chunked import ChunkedStreamingLM, steps
-from ..group import GroupLM
+from ..chunked import steps
+from ..group import SliceParallelLM, chunk_slices
 from .adapter import MegalodonLM
 from .state import CarryTerm, LocalSlice, MegalodonState, NormState
-
-
-def chunk_slices(length: int, parts: int, chunk: int, position: int = 0) -> list[tuple[int, int]]:
-    """[start, end) of each of `parts` contiguous slices of a call of `length` tokens that starts at
-    absolute `position`: boundaries on absolute chunk boundaries, whole chunks dealt as evenly as
-    possible (the first ranks get one more when they do not divide; the last chunk may be partial;
-    slice 0 also takes the tokens that complete a partial chunk the state ends in). Slices may be empty."""
-    lead = min((-position) % chunk, length)
-    n_chunks = -(-(length - lead) // chunk)
-    q, r = divmod(n_chunks, parts)
-    out, end = [], 0
-    for i in range(parts):
-        start = end
-        end = min(length, start + (lead if i == 0 else 0) + (q + (i < r)) * chunk)
-        out.append((start, end))
-    return out
-
 
 # ------------------------------------------------------------------------------------ statistics
 
@@ -234,82 +216,19 @@ def check_supported(lm: Any) -> None:
         )
 
 
-class ChunkParallelLM(GroupLM, ChunkedStreamingLM):
-    """MegalodonLM `lm` spread over chunk-parallel group `chunk`: every call is collective over the group (GroupLM).
-
-    Reading (`score`, `advance`, and the prompt part of `forward_last`) is chunk parallel: ChunkedStreamingLM's
-    calls over a `_run` that takes this rank's slice through the model with its GroupSlice; `score` then
-    gathers every rank's NLL. Every rank ends with the whole state, which MEGALODON keeps at a constant size.
-    Logits of a few positions (a prompt's last token, a question's choices, each decoding step) are computed by
-    every rank from that state, so every rank of the group holds the same results and the same state.
-    """
+class ChunkParallelLM(SliceParallelLM):
+    """MegalodonLM `lm` spread over chunk-parallel group `chunk` (models.group.SliceParallelLM): each rank reads its
+    slice of a call through `Megalodon.forward` with a GroupSlice. Every rank ends with the whole state, which
+    MEGALODON keeps at a constant size."""
 
     lm: MegalodonLM
 
     def __init__(self, lm: MegalodonLM, chunk: Any):
         check_supported(lm)
         super().__init__(lm, chunk)
-        self.model, self.vocab_size, self.out_size = lm.model, lm.vocab_size, lm.out_size
-        self.score_chunk = lm.score_chunk
-        self.exchange = Exchange(chunk) if chunk.size > 1 else None
 
-    def init_state(self, batch_size: int) -> MegalodonState:
-        return self.lm.init_state(batch_size)
-
-    def step(self, batch_size: int) -> int:
-        return self.lm.step(batch_size)
-
-    def _batch_of(self, state: MegalodonState) -> int:
-        return self.lm._batch_of(state)
-
-    def _chunk_nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        return self.lm._chunk_nll(hidden, targets)
-
-    def _run(self, tokens: Tensor, state: MegalodonState, consume: Any) -> MegalodonState:
-        """This rank's slice of the call through the model, each of its steps handed to `consume` (positions within
-        the call); the state after the whole call, on every rank."""
-        if self.exchange is None:
-            return self.lm._run(tokens, state, consume)
-        part = GroupSlice(self.lm, self.exchange, tokens.shape[0], tokens.shape[1], state)
-        hidden, state = self.model(tokens[:, part.start : part.end], state, part)
-        for a, b in part.steps:
-            consume(part.start + a, hidden[:, a:b])
-        return state
-
-    @torch.inference_mode()
-    def score(self, inputs: Tensor, targets: Tensor, state: MegalodonState) -> tuple[Tensor, MegalodonState]:
-        """NLL [B, T] of `targets` on every rank; each rank computes its slice of the call."""
-        inputs = torch.as_tensor(inputs, device=self.device)
-        targets = torch.as_tensor(targets, device=self.device)
-        if self.exchange is None or (inputs.dim() == 2 and inputs.shape[1] == 0):
-            return self.lm.score(inputs, targets, state)
-        self.exchange.agree(inputs, targets, state.position)  # before any check: bad input fails on every rank
-        position = state.position
-        nll, state = super().score(inputs, targets, state)
-        slices = chunk_slices(nll.shape[1], self.chunk.size, self.score_chunk, position)
-        counts = [e - s for s, e in slices]
-        s, e = slices[self.chunk.rank]
-        mine = nll.new_zeros(nll.shape[0], max(counts))
-        mine[:, : e - s] = nll[:, s:e]
-        return torch.cat([p[:, :n] for p, n in zip(self.exchange.all_gather(mine), counts, strict=True)], 1), state
-
-    def advance(self, tokens: Tensor, state: MegalodonState) -> MegalodonState:
-        """The state after `tokens`, read chunk parallel."""
-        tokens = torch.as_tensor(tokens, device=self.device)
-        return self.score(tokens, torch.full_like(tokens, IGNORE_INDEX), state)[1]
-
-    def forward(self, tokens: Tensor, state: MegalodonState) -> tuple[Tensor, MegalodonState]:
-        """Logits [B, T, V] of every position, computed by every rank (for the few positions decoding needs)."""
-        return self.lm.forward(tokens, state)
-
-    def forward_last(self, tokens: Tensor, state: MegalodonState, last: int) -> tuple[Tensor, MegalodonState]:
-        """Read all but the last `last` positions chunk parallel, then their logits on every rank."""
-        tokens = torch.as_tensor(tokens, device=self.device)
-        keep = min(max(last, 0), tokens.shape[-1])
-        if tokens.dim() == 2 and keep < tokens.shape[1]:
-            state = self.advance(tokens[:, : tokens.shape[1] - keep], state)
-            tokens = tokens[:, tokens.shape[1] - keep :]
-        return self.lm.forward_last(tokens, state, keep)
+    def make_slice(self, batch: int, length: int, state: MegalodonState) -> GroupSlice:
+        return GroupSlice(self.lm, self.exchange, batch, length, state)
 
 
 def score_chunk_parallel(

@@ -158,6 +158,8 @@ def causal_conv(x: Tensor, conv_state: Tensor, conv: nn.Conv1d, silu: bool = Tru
     """(silu of) the causal depthwise conv of x [B, T, C] continuing `conv_state` [B, C, k-1] (the inputs before x):
     ([B, T, C], the new conv state: the last k-1 inputs)."""
     k = conv.weight.shape[-1]
+    if x.shape[1] == 0:
+        return x, conv_state
     full = torch.cat([conv_state.to(x.dtype), x.transpose(1, 2)], dim=2)
     out = F.conv1d(full, conv.weight, conv.bias, groups=full.shape[1])
     return (F.silu(out) if silu else out).transpose(1, 2), full[:, :, full.shape[2] - (k - 1) :]
@@ -208,10 +210,10 @@ class MambaMixer(nn.Module):
         sd = state_dtype(u.dtype)
         return F.softplus(dt.to(sd) + self.dt_proj.bias.to(sd)), b.to(sd), cc.to(sd)
 
-    def ssm(self, u: Tensor, h0: Tensor, chunk: int, scan_fn: Scan = scan) -> tuple[Tensor, Tensor]:
-        """y_t = C_t . h_t + D u_t over u [B, T, E] from h0 [B, E, N], chunk by chunk: (y [B, T, E] in the state
-        dtype, h after the last token)."""
-        dt, b, cc = self.selective(u)
+    def ssm(self, u: Tensor, h0: Tensor, chunk: int, scan_fn: Scan = scan, parts: Any = None) -> tuple[Tensor, Tensor]:
+        """y_t = C_t . h_t over u [B, T, E] from h0 [B, E, N], chunk by chunk (the D term not included): (y [B, T, E]
+        in the state dtype, h after the last token). `parts`: `selective(u)`, when already computed."""
+        dt, b, cc = parts or self.selective(u)
         sd = h0.dtype
         A = -torch.exp(self.A_log.to(sd))
         ys = []
@@ -222,14 +224,38 @@ class MambaMixer(nn.Module):
             b_t = (dt[:, s:e] * u[:, s:e].to(sd))[..., None] * b[:, s:e, None, :]
             hs, h = scan_fn(a_t, b_t, h)
             ys.append(torch.einsum("blen,bln->ble", hs, cc[:, s:e]))
-        y = torch.cat(ys, dim=1) if ys else u.new_zeros(u.shape, dtype=sd)
-        return y + u.to(sd) * self.D.to(sd), h
+        return (torch.cat(ys, dim=1) if ys else u.new_zeros(u.shape, dtype=sd)), h
 
-    def forward(self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Scan | None = None) -> tuple[Tensor, Any]:
+    def carried(self, parts: Any, h_in: Tensor, chunk: int) -> Tensor:
+        """What a state h_in [B, E, N] entering the call adds to y: C_t . (prod_{s<=t} a_s * h_in), chunk by chunk."""
+        dt, _, cc = parts
+        A = -torch.exp(self.A_log.to(h_in.dtype))
+        out, run = [], torch.zeros_like(h_in)
+        for s in range(0, dt.shape[1], chunk):
+            cum = run[:, None] + torch.cumsum(dt[:, s : s + chunk, :, None] * A, 1)  # log decay since the call start
+            out.append(torch.einsum("blen,bln->ble", torch.exp(cum) * h_in[:, None], cc[:, s : s + chunk]))
+            run = cum[:, -1]
+        return torch.cat(out, 1) if out else dt.new_zeros(dt.shape)
+
+    def forward(
+        self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Scan | None = None, hooks: Any = None
+    ) -> tuple[Tensor, Any]:
         xs, z = self.in_proj(x).chunk(2, dim=-1)
-        u, conv = causal_conv(xs, st.conv, self.conv1d)
-        y, h = self.ssm(u, st.ssm, chunk, scan_fn or scan)
-        y = (y * F.silu(z.to(y.dtype))).to(x.dtype)
+        if hooks is None:
+            u, conv = causal_conv(xs, st.conv, self.conv1d)
+            y, h = self.ssm(u, st.ssm, chunk, scan_fn or scan)
+        else:  # one rank's slice of a call: the conv and SSM states entering it come from the ranks before
+            conv_in, conv = hooks.conv(xs, st.conv)
+            u, _ = causal_conv(xs, conv_in, self.conv1d)
+            parts = self.selective(u)
+            A = -torch.exp(self.A_log.to(st.ssm.dtype))
+            y, h = hooks.ssm(
+                lambda h0: self.ssm(u, h0, chunk, scan, parts), (parts[0][..., None] * A).sum(1),
+                lambda h_in: self.carried(parts, h_in, chunk), st.ssm,
+            )  # fmt: skip
+        sd = y.dtype
+        y = y + u.to(sd) * self.D.to(sd)
+        y = (y * F.silu(z.to(sd))).to(x.dtype)
         return self.out_proj(y), MambaLayerState(conv, h)
 
 
@@ -242,9 +268,9 @@ class MambaBlock(nn.Module):
         self.mixer = mixer(c)
         self.residual_in_fp32 = c.residual_in_fp32
 
-    def forward(self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Any) -> tuple[Tensor, MambaLayerState]:
+    def forward(self, x: Tensor, st: MambaLayerState, chunk: int, scan_fn: Any, hooks: Any) -> tuple[Tensor, Any]:
         residual = x.to(torch.promote_types(x.dtype, torch.float32)) if self.residual_in_fp32 else x
-        out, st = self.mixer(self.norm(x.to(self.norm.weight.dtype)), st, chunk, scan_fn)
+        out, st = self.mixer(self.norm(x.to(self.norm.weight.dtype)), st, chunk, scan_fn, hooks)
         return residual + out, st
 
 
@@ -282,19 +308,24 @@ class MambaModel(nn.Module):
             for block in self.backbone.layers
         ])  # fmt: skip
 
-    def forward(self, tokens: Tensor, state: MambaState, scan_fn: Any = None) -> tuple[Tensor, MambaState]:
-        """Final hidden states [B, T, D] (after norm_f) of tokens [B, T] after `state`, and the state after them
-        (`scan_fn`: the mixer's scan in place of its chunked one, for the tests' references)."""
+    def forward(
+        self, tokens: Tensor, state: MambaState, hooks: Any = None, scan_fn: Any = None
+    ) -> tuple[Tensor, MambaState]:
+        """Final hidden states [B, T, D] (after norm_f) of tokens [B, T] after `state`, and the state after them.
+
+        `hooks`: one rank's slice of a longer call shared by a group (parallel.GroupSlice; None: all of it here);
+        `scan_fn`: the mixer's scan in place of its chunked one (the tests' references)."""
         x = self.backbone.embeddings(tokens)
         layers = []
         for block, st in zip(self.backbone.layers, state.layers, strict=True):
-            x, st = block(x, st, self.chunk, scan_fn)
+            x, st = block(x, st, self.chunk, scan_fn, hooks)
             layers.append(st)
-        return self.backbone.norm_f(x), MambaState(layers, state.position + tokens.shape[1])
+        length = tokens.shape[1] if hooks is None else hooks.length
+        return self.backbone.norm_f(x), MambaState(layers, state.position + length)
 
     def forward_reference(self, tokens: Tensor, state: MambaState) -> tuple[Tensor, MambaState]:
         """`forward` with the scan as a plain token loop (the tests' reference for the chunked scan)."""
-        return self.forward(tokens, state, scan_reference)
+        return self.forward(tokens, state, scan_fn=scan_reference)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Logits [B, T, V] of final hidden states: float32 (float64 for float64 models)."""

@@ -48,8 +48,8 @@ class Mamba2Config:
         return int(self.expand * self.hidden_size)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields, as reports record them."""
-        return {**asdict(self), "time_step_limit": list(self.time_step_limit)}
+        """The fields, as reports record them (JSON has no infinity: an unbounded limit is null)."""
+        return {**asdict(self), "time_step_limit": [v if math.isfinite(v) else None for v in self.time_step_limit]}
 
     @classmethod
     def from_hf(cls, raw: dict[str, Any], source: str = "config.json") -> Mamba2Config:
@@ -148,12 +148,16 @@ class Mamba2Mixer(nn.Module):
         self.norm = GatedRMSNorm(E)
         self.out_proj = nn.Linear(E, c.hidden_size, bias=c.use_bias)
 
-    def forward(self, hidden: Tensor, st: MambaLayerState, chunk: int, ssd: Any = None) -> tuple[Tensor, Any]:
+    def forward(
+        self, hidden: Tensor, st: MambaLayerState, chunk: int, ssd: Any = None, hooks: Any = None
+    ) -> tuple[Tensor, Any]:
         c = self.config
         E, H, G, N, P = c.intermediate_size, c.num_heads, c.n_groups, c.state_size, c.head_dim
         Bsz, T, _ = hidden.shape
         z, xbc, dt = self.in_proj(hidden).split([E, self.conv_dim, H], dim=-1)
-        xbc, conv = causal_conv(xbc, st.conv, self.conv1d)
+        conv_in, conv = (st.conv, None) if hooks is None else hooks.conv(xbc, st.conv)
+        xbc, conv_local = causal_conv(xbc, conv_in, self.conv1d)
+        conv = conv_local if conv is None else conv
         sd = st.ssm.dtype
         x, b, cc = xbc.to(sd).split([E, G * N, G * N], dim=-1)
         x = x.view(Bsz, T, H, P)
@@ -163,11 +167,22 @@ class Mamba2Mixer(nn.Module):
         log_a = dt * -torch.exp(self.A_log.to(sd))
         xdt = x * dt[..., None]
         step, size = (ssd_chunk, chunk) if ssd is None else (ssd, max(T, 1))  # the reference: one token loop
-        h, ys = st.ssm, []
-        for s in range(0, T, size):
-            y, h = step(xdt[:, s : s + size], log_a[:, s : s + size], b[:, s : s + size], cc[:, s : s + size], h)
-            ys.append(y)
-        y = (torch.cat(ys, 1) if ys else x.new_zeros(x.shape)) + x * self.D.to(sd)[:, None]
+
+        def run(h: Tensor) -> tuple[Tensor, Tensor]:
+            ys = []
+            for s in range(0, T, size):
+                y, h = step(xdt[:, s : s + size], log_a[:, s : s + size], b[:, s : s + size], cc[:, s : s + size], h)
+                ys.append(y)
+            return (torch.cat(ys, 1) if ys else x.new_zeros(x.shape)), h
+
+        def carried(h_in: Tensor) -> Tensor:  # what a state entering the call adds: C_t . (decay since start * h_in)
+            return torch.einsum("blhn,bhpn->blhp", cc, h_in) * log_a.cumsum(1).exp()[..., None]
+
+        if hooks is None:
+            y, h = run(st.ssm)
+        else:  # one rank's slice of a call: the SSM state entering it comes from the ranks before
+            y, h = hooks.ssm(run, log_a.sum(1)[:, :, None, None], carried, st.ssm)
+        y = y + x * self.D.to(sd)[:, None]
         y = gated_rms_norm(y.reshape(Bsz, T, E), z, self.norm.weight, G, c.layer_norm_epsilon)
         return self.out_proj(y.to(hidden.dtype)), MambaLayerState(conv, h)
 
@@ -179,4 +194,4 @@ class Mamba2Model(MambaModel):
 
     def forward_reference(self, tokens: Tensor, state: Any) -> tuple[Tensor, Any]:
         """`forward` with the SSD as a plain token loop (the tests' reference for the chunked form)."""
-        return self.forward(tokens, state, ssd_reference)
+        return self.forward(tokens, state, scan_fn=ssd_reference)

@@ -92,3 +92,34 @@ def float64_faithful() -> Iterator[None]:
         yield
     finally:
         torch.Tensor.float, torch.Tensor.to, torch.Tensor.type = original_float, original_to, original_type
+
+
+def chunk_parallel_scores(rank: int, world: int, init_method: str, checkpoint: str, cases: list) -> list[dict]:
+    """On each of `world` ranks: each case (B, T, prefix) scored with --chunk-parallel `world` and with one process
+    (float64, the same starting state after a prefix); the largest relative NLL error and the largest logit error
+    of one more token read from the two states."""
+    from megaeval import load_model
+    from megaeval.models import chunk_parallel_lm
+
+    from .distributed import TIMEOUT_S, join
+
+    out = []
+    with join(rank, world, init_method, world, TIMEOUT_S) as ctx:
+        lm = load_model(checkpoint, dtype="float64")
+        spread = chunk_parallel_lm(lm, ctx.chunk)
+        for i, (B, T, prefix) in enumerate(cases):
+            toks = torch.randint(
+                3, lm.tokenizer.vocab_size, (B, prefix + T + 1), generator=torch.Generator().manual_seed(i)
+            )
+            start = lm.init_state(B)
+            if prefix:
+                _, start = lm.score(toks[:, :prefix], toks[:, 1 : prefix + 1], start)
+            inputs, targets = toks[:, prefix : prefix + T], toks[:, prefix + 1 :]
+            ref, ref_state = lm.score(inputs, targets, start.clone())
+            nll, state = spread.score(inputs, targets, start.clone())
+            assert state.position == ref_state.position
+            nxt, _ = lm.forward(toks[:, -1:], state)
+            nxt_ref, _ = lm.forward(toks[:, -1:], ref_state)
+            out.append({"rel": float(((nll - ref).abs() / ref.abs().clamp_min(1e-300)).max()),
+                        "next": float((nxt - nxt_ref).abs().max() / nxt_ref.abs().max())})  # fmt: skip
+    return out

@@ -137,3 +137,12 @@ def test_untied_output_layer_is_read(tmp_path: Path) -> None:
     lm = load_model(tmp_path, dtype="float64")
     torch.testing.assert_close(lm.model.lm_head.weight, model.lm_head.weight.double())
     assert not torch.equal(lm.model.lm_head.weight, lm.model.backbone.embeddings.weight)
+
+
+@pytest.mark.parametrize("kind", MODEL_TYPES)
+def test_facts_are_strict_json(saved: dict[str, Path], kind: str) -> None:
+    """What reports record (Mamba-2's unbounded time_step_limit included) is plain JSON: no infinity, no NaN."""
+    lm = load_model(saved[kind])
+    facts = json.loads(json.dumps(lm.describe(), allow_nan=False))
+    assert facts["family"] == "recurrent" and facts["max_context"] is None
+    assert facts["state_bytes_per_sequence"] == lm.init_state(1).nbytes() > 0
