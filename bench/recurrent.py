@@ -89,11 +89,11 @@ def memory(a: argparse.Namespace) -> dict:
     run = [sys.executable, "-m", "megaeval"]
     if not (stream / "manifest.json").exists():
         subprocess.run([*run, "prep-books", str(REPO / "data_prep/corpora/austen"), "--model", model,
-                        "--out", str(stream), "--no-progress"], check=True)  # fmt: skip
+                        "--out", str(stream), "--no-progress"], check=True, stdout=sys.stderr)  # fmt: skip
     out = work / "sweep_mamba.json"
     subprocess.run([*run, "ppl-sweep", "--model", model, "--stream", str(stream), "--lengths",
                     a.lengths, "--tokens", a.lengths.split(",")[-1], "--batch-size", "1", "--out", str(out),
-                    "--no-progress"], check=True)  # fmt: skip
+                    "--no-progress"], check=True, stdout=sys.stderr)  # fmt: skip
     rows = json.loads(out.read_text())["results"]["lengths"]
     keep = [{k: r[k] for k in ("context_length", "tokens_per_second", "peak_memory_bytes", "ppl")} for r in rows]
     ratio = rows[-1]["peak_memory_bytes"] / rows[0]["peak_memory_bytes"]
