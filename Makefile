@@ -22,23 +22,24 @@ test: setup
 	@$(BIN)/pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; fi; exit $$rc
 
-# The embedded zoo, offline: a tiny MEGALODON, RFA and Transformer (same tokenizer, same five Austen novels) swept
-# on the held-out sixth (table + one figure), then the bundled SCROLLS (QMSum) and academic samples with the
+# The embedded zoo, offline: a tiny MEGALODON, RFA, Transformer and Mamba-2 (same tokenizer, same five Austen
+# novels) swept on the held-out sixth (table + one figure), then the bundled SCROLLS (QMSum) and academic samples with the
 # MEGALODON. Interrupted? Run it again: every step resumes.
 # The Transformer (max_context 512) reads past its context with --window-policy sliding:256: every target after
 # its first window keeps 257..512 tokens of context (384 on average) at twice the cost of one pass; sliding:128
 # would add 64 tokens of average context at twice that cost again.
-# Its tokenizer gives the same ids, but megaeval matches tokenizers by checksum, so it gets its own manifest;
-# `cmp` checks that both streams hold the same tokens.
+# Its tokenizer gives the same ids, but megaeval matches tokenizers by checksum, so it gets its own manifest (the
+# Mamba-2 carries the same transformers tokenizer and reads that stream too); `cmp` checks both hold the same tokens.
 DEMO_STREAM := runs/demo/persuasion
 DEMO_STREAM_HF := runs/demo/persuasion-hf
 DEMO_SWEEP := --lengths 256,512,1K,2K,4K,8K,16K --batch-size 8 --resume
-DEMO_REPORTS := reports/demo_megalodon.json reports/demo_rfa.json reports/demo_transformer.json
+DEMO_REPORTS := reports/demo_megalodon.json reports/demo_rfa.json reports/demo_transformer.json reports/demo_mamba2.json
 SAMPLES := data_prep/samples
 demo: setup
 	$(BIN)/megaeval info embedded:megalodon-tiny
 	$(BIN)/megaeval info embedded:rfa-tiny
 	$(BIN)/megaeval info embedded:transformer-tiny
+	$(BIN)/megaeval info embedded:mamba2-tiny
 	$(BIN)/megaeval prep-books data_prep/corpora/austen/persuasion.txt --out $(DEMO_STREAM) --force
 	$(BIN)/megaeval prep-books data_prep/corpora/austen/persuasion.txt --model embedded:transformer-tiny \
 		--out $(DEMO_STREAM_HF) --force
@@ -49,6 +50,8 @@ demo: setup
 		--out reports/demo_rfa.json
 	$(BIN)/megaeval ppl-sweep --model embedded:transformer-tiny --stream $(DEMO_STREAM_HF) $(DEMO_SWEEP) \
 		--window-policy sliding:256 --out reports/demo_transformer.json
+	$(BIN)/megaeval ppl-sweep --model embedded:mamba2-tiny --stream $(DEMO_STREAM_HF) $(DEMO_SWEEP) \
+		--out reports/demo_mamba2.json
 	$(BIN)/megaeval report $(DEMO_REPORTS)
 	$(BIN)/megaeval plot $(DEMO_REPORTS) --out reports/demo_ppl.png --position-curve
 	$(BIN)/megaeval scrolls --tasks qmsum --data-dir $(SAMPLES)/scrolls --limit 2 --max-new-tokens 64 \

@@ -22,10 +22,23 @@ def scan(a: Tensor, b: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
     T = a.shape[1]
     if T == 0:
         return b.new_zeros(b.shape, dtype=dtype), h0
-    a, b = a.to(dtype), b.to(dtype)
-    b = torch.cat([b[:, :1] + a[:, :1] * h0.to(dtype)[:, None], b[:, 1:]], dim=1)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (a, b, h0)):
+        return _scan_differentiable(a.to(dtype), b.to(dtype), h0.to(dtype))
+    a, b = a.to(dtype).clone(), b.to(dtype).clone()  # in place on copies: a third less memory traffic
+    b[:, 0].addcmul_(a[:, 0], h0.to(dtype))
     k = 1
-    while k < T:  # out of place, so that autograd can run through it (training)
+    while k < T:
+        b[:, k:].addcmul_(a[:, k:], b[:, :-k].clone())  # the clone: the two sides overlap
+        a[:, k:].mul_(a[:, :-k].clone())
+        k *= 2
+    return b, b[:, -1]
+
+
+def _scan_differentiable(a: Tensor, b: Tensor, h0: Tensor) -> tuple[Tensor, Tensor]:
+    """`scan` out of place, so that autograd can run through it (training)."""
+    b = torch.cat([b[:, :1] + a[:, :1] * h0[:, None], b[:, 1:]], dim=1)
+    k = 1
+    while k < a.shape[1]:
         b = torch.cat([b[:, :k], b[:, k:] + a[:, k:] * b[:, :-k]], dim=1)
         a = torch.cat([a[:, :k], a[:, k:] * a[:, :-k]], dim=1)
         k *= 2

@@ -146,3 +146,44 @@ def test_facts_are_strict_json(saved: dict[str, Path], kind: str) -> None:
     facts = json.loads(json.dumps(lm.describe(), allow_nan=False))
     assert facts["family"] == "recurrent" and facts["max_context"] is None
     assert facts["state_bytes_per_sequence"] == lm.init_state(1).nbytes() > 0
+
+
+def test_embedded_mamba2_equals_transformers_reading_of_it() -> None:
+    """The embedded tiny Mamba-2 (trained with megaeval's code) read by transformers gives megaeval's logits."""
+    import transformers
+
+    from megaeval.models import ASSETS
+
+    lm = load_model("embedded:mamba2-tiny", dtype="float64")
+    text = "It was a truth universally acknowledged, said Anne, that a long walk in the rain was no hardship."
+    tokens = torch.tensor([[lm.tokenizer.bos_id, *lm.tokenizer.encode(text)]])
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(ASSETS / "mamba2-tiny").to(torch.float64).eval()
+    with torch.no_grad(), float64_faithful():
+        want = theirs(input_ids=tokens, use_cache=False).logits
+    got, _ = lm.forward(tokens, lm.init_state(1))
+    torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-8 * want.abs().max())
+
+
+def test_academic_and_scrolls_run_the_embedded_mamba2(tmp_path: Path) -> None:
+    """The commands run a recurrent model unchanged: batched choices from a repeated state, carried-state decoding."""
+    from typer.testing import CliRunner
+
+    from megaeval.cli import app
+
+    samples = Path(__file__).resolve().parents[3] / "data_prep" / "samples"
+    runner = CliRunner()
+    model = ["--model", "embedded:mamba2-tiny"]
+    academic = runner.invoke(app, ["academic", *model, "--data-dir", str(samples), "--tasks", "arc_easy,hellaswag",
+                                   "--limit", "3", "--out", str(tmp_path / "a.json")])  # fmt: skip
+    assert academic.exit_code == 0, academic.output
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert report["model"]["family"] == "recurrent"
+    for task in ("arc_easy", "hellaswag"):
+        assert report["results"][task]["n"] == 3
+    scrolls = runner.invoke(app, ["scrolls", *model, "--tasks", "qmsum", "--data-dir", str(samples / "scrolls"),
+                                  "--limit", "1", "--max-new-tokens", "6", "--out", str(tmp_path / "s.json"),
+                                  "--samples", str(tmp_path / "s.jsonl")])  # fmt: skip
+    assert scrolls.exit_code == 0, scrolls.output
+    sample = json.loads((tmp_path / "s.jsonl").read_text().splitlines()[0])
+    assert isinstance(sample["prediction"], str)  # what 6 greedy tokens of a 1.2M-parameter model decode to
+    assert json.loads((tmp_path / "s.json").read_text())["model"]["family"] == "recurrent"

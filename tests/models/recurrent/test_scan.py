@@ -48,3 +48,22 @@ def test_scan_of_nothing_keeps_the_state() -> None:
     h0 = torch.randn(2, 3)
     h, last = scan(torch.ones(2, 0, 3), torch.zeros(2, 0, 3), h0)
     assert h.shape == (2, 0, 3) and torch.equal(last, h0)
+
+
+def test_differentiable_path_equals_the_in_place_one_and_has_gradients() -> None:
+    """With autograd on, `scan` runs out of place: same numbers, and gradients equal the token loop's."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.rand(2, 21, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 21, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        fast, _ = scan(a, b, h0)
+    h, _ = scan(a, b, h0)
+    torch.testing.assert_close(h, fast, rtol=1e-12, atol=1e-12)
+    (h * torch.arange(3.0, dtype=torch.float64)).sum().backward()
+    grads = a.grad.clone(), b.grad.clone()
+    a.grad = b.grad = None
+    ref, _ = scan_reference(a, b, h0)
+    (ref * torch.arange(3.0, dtype=torch.float64)).sum().backward()
+    torch.testing.assert_close(grads[0], a.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grads[1], b.grad, rtol=1e-10, atol=1e-12)
