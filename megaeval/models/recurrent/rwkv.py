@@ -46,8 +46,9 @@ class RwkvConfig:
     def from_hf(cls, raw: dict[str, Any], source: str = "config.json") -> RwkvConfig:
         """Read and check a transformers config.json (model_type rwkv); absent keys take transformers' defaults."""
         hidden = positive_int(raw, "hidden_size", source, 4096)
-        attention = raw.get("attention_hidden_size") or hidden
-        inner = raw.get("intermediate_size") or 4 * hidden
+        # transformers fills these when absent or null, and keeps any other value (0 included: refused below)
+        sizes = {"attention_hidden_size": hidden, "intermediate_size": 4 * hidden}
+        sizes = {k: default if raw.get(k) is None else raw[k] for k, default in sizes.items()}
         rescale = raw.get("rescale_every", 6)
         if not isinstance(rescale, int) or isinstance(rescale, bool):
             raise fail(f"{source}: rescale_every must be an integer, got {rescale!r}")
@@ -55,8 +56,8 @@ class RwkvConfig:
             vocab_size=positive_int(raw, "vocab_size", source, 50277),
             hidden_size=hidden,
             num_hidden_layers=positive_int(raw, "num_hidden_layers", source, 32),
-            attention_hidden_size=positive_int({"a": attention}, "a", f"{source}: attention_hidden_size"),
-            intermediate_size=positive_int({"i": inner}, "i", f"{source}: intermediate_size"),
+            attention_hidden_size=positive_int(sizes, "attention_hidden_size", source),
+            intermediate_size=positive_int(sizes, "intermediate_size", source),
             layer_norm_epsilon=positive_float(raw, "layer_norm_epsilon", source, 1e-5),
             rescale_every=rescale,
             tie_word_embeddings=flag(raw, "tie_word_embeddings", source, False),
