@@ -25,6 +25,14 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def files_sha256(files: list[Path]) -> str:
+    """sha256 of one file, or of several files' "name:sha256" in the given order (a checkpoint's weight files)."""
+    if len(files) == 1:
+        return file_sha256(files[0])
+    digests = [f"{p.name}:{file_sha256(p)}" for p in files]
+    return hashlib.sha256(" ".join(digests).encode()).hexdigest()
+
+
 def write_json_atomic(path: str | Path, obj: Any, flag: str = "--out") -> None:
     """Write JSON to `path` with `write_output` (a report)."""
     text = json.dumps(obj, indent=1, allow_nan=False) + "\n"

@@ -74,6 +74,19 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
     return obj
 
 
+def read_safetensors(file: Path, family: str) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file (CPU), or one line: the package missing, or the file not safetensors."""
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise fail(f"{family} checkpoints need the safetensors package", "pip install safetensors") from None
+    try:
+        return load_file(str(file), device="cpu")
+    except Exception as e:  # safetensors raises SafetensorError / OSError with multi-line messages
+        reason = " ".join(str(e).split())[:160]
+        raise fail(f"cannot read {file}: not a valid safetensors file ({reason})", "re-copy or re-save it") from None
+
+
 def load_error(what: str, error: BaseException, convert: str, unreadable: str | None = None) -> MegaevalError:
     """One line for a failed torch.load of `what`: pickled code refused (`convert`: how to store tensors instead), or
     the file unreadable (`unreadable`: what it then is, before the reason)."""

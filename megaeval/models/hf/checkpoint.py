@@ -4,7 +4,6 @@ code runs; a file that holds code is refused with one line (models.weights)."""
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from typing import Any
 import torch
 
 from ...errors import MegaevalError, fail
-from ...files import file_sha256
+from ...files import files_sha256
 from ..weights import load_error as weights_load_error
 from ..weights import pickled_files
 
@@ -108,5 +107,4 @@ def weights_sha256(path: Path, gguf_file: str | None) -> str:
         if gguf_file is not None
         else sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
     )
-    digests = [f"{p.name}:{file_sha256(p)}" for p in files]
-    return hashlib.sha256(" ".join(digests).encode()).hexdigest() if len(digests) != 1 else digests[0].split(":")[1]
+    return files_sha256(files)

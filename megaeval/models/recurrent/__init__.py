@@ -2,8 +2,9 @@
 `recurrent` family. `hf:DIR` and a bare DIR of these architectures load here (routed by config.json's model_type).
 
 The family's rooms: config.py (what a checkpoint says; routing by model_type; the mamba_ssm layout), checkpoint.py
-(its files), scan.py (the linear recurrence every architecture runs, beside its token-loop reference), one module
-per architecture (mamba.py, mamba2.py, rwkv.py, recurrent_gemma.py: config, state and model in plain PyTorch),
+(its files), scan.py (the linear recurrence every architecture runs, beside its token-loop reference), layers.py (the
+carried causal conv and the logits they share), one module per architecture (mamba.py, mamba2.py, rwkv.py,
+recurrent_gemma.py: config, state and model in plain PyTorch),
 adapter.py (RecurrentLM), parallel.py (--chunk-parallel for Mamba and Mamba-2).
 """
 

@@ -74,9 +74,7 @@ class RecurrentLM(ChunkedStreamingLM):
 
     def state_bytes(self, batch_size: int = 1) -> int:
         """Bytes of the most a state holds (constant in tokens consumed; RecurrentGemma's window full)."""
-        return self.model.state_nbytes(batch_size) if hasattr(self.model, "state_nbytes") else (
-            self.model.init_state(batch_size).nbytes()
-        )  # fmt: skip
+        return self.model.init_state(batch_size).nbytes()
 
     def weights_sha256(self) -> str | None:
         """sha256 of the weight file, or of the weight files' checksums in name order."""
@@ -136,11 +134,14 @@ class RecurrentLM(ChunkedStreamingLM):
 
 def load_tokenizer(path: str | Path, *, tokenizer: str | None = None, **_model_options: Any) -> HFTokenizer:
     """The transformers tokenizer beside the checkpoint (or in `tokenizer`, a directory), offline."""
+    return _tokenizer(Path(path), hf_config(Path(path))[1], tokenizer)
+
+
+def _tokenizer(path: Path, layout: str, tokenizer: str | None) -> HFTokenizer:
     transformers_module()
-    where = Path(tokenizer).expanduser() if tokenizer is not None else Path(path)
+    where = Path(tokenizer).expanduser() if tokenizer is not None else path
     if tokenizer is not None and not where.exists():
         raise fail(f"tokenizer not found at {where}", "pass --model-args tokenizer=DIR (a transformers tokenizer)")
-    _, layout = hf_config(Path(path))
     if layout == "mamba_ssm" and tokenizer is None:
         raise fail(f"{path} is a mamba_ssm checkpoint, which ships no tokenizer",
                    "pass --model-args tokenizer=DIR (state-spaces models use gpt-neox-20b's)")  # fmt: skip
@@ -154,7 +155,7 @@ def load(path: str | Path, device: torch.device, dtype: torch.dtype, *, tokenize
     architecture = architecture_of(raw, str(path / "config.json"))
     config_class, model_class = architecture.classes()
     config = config_class.from_hf(raw, str(path / "config.json"))
-    tok = load_tokenizer(path, tokenizer=tokenizer)
+    tok = _tokenizer(path, layout, tokenizer)  # config.json read once
     if tok.vocab_size > config.vocab_size:
         raise fail(f"{path}: the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}",
                    "pass the tokenizer this model was trained with (--model-args tokenizer=DIR)")  # fmt: skip

@@ -8,7 +8,6 @@ model.safetensors.index.json, or pytorch_model.bin; tokenizer files beside them)
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,8 @@ from typing import Any
 import torch
 
 from ...errors import fail
-from ...files import file_sha256
-from ..weights import check_state_dict, load_tensors, pickled_files
+from ...files import files_sha256
+from ..weights import check_state_dict, load_tensors, pickled_files, read_safetensors
 from .config import mamba_ssm_keys
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -58,17 +57,7 @@ def read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
     """Every tensor of the weight files (CPU); torch files are read with weights_only=True, so no code runs."""
     state: dict[str, torch.Tensor] = {}
     for file in files:
-        if file.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            try:
-                part = load_file(str(file), device="cpu")
-            except Exception as e:  # SafetensorError / OSError, multi-line
-                raise fail(f"cannot read {file}: not a valid safetensors file ({' '.join(str(e).split())[:120]})",
-                           "re-copy or re-save it") from None  # fmt: skip
-        else:
-            part = load_tensors(file)
-        state.update(part)
+        state.update(read_safetensors(file, "recurrent") if file.suffix == ".safetensors" else load_tensors(file))
     return state
 
 
@@ -106,11 +95,7 @@ def _tie(model: torch.nn.Module, tied: dict[str, str]) -> None:
 
 def weights_sha256(path: Path) -> str:
     """sha256 of the weight file, or of the weight files' checksums in name order."""
-    files = weight_files(path)
-    if len(files) == 1:
-        return file_sha256(files[0])
-    digests = " ".join(f"{f.name}:{file_sha256(f)}" for f in files)
-    return hashlib.sha256(digests.encode()).hexdigest()
+    return files_sha256(weight_files(path))
 
 
 def save_checkpoint(model: torch.nn.Module, out: Path, tokenizer: Any, hf_config: dict[str, Any]) -> Path:

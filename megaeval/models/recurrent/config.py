@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,30 @@ REFUSED_TYPES = (
     "jamba", "bamba", "zamba", "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2", "lfm2_vl",
     "qwen3_next", "plamo2", "xlstm", "minimax", "rwkv5", "rwkv6", "rwkv7",
 )  # fmt: skip
+
+
+def positive_int(raw: dict[str, Any], key: str, source: str, default: Any = None) -> int:
+    """raw[key] (or `default` when absent), checked to be a positive integer."""
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise fail(f"{source}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def positive_float(raw: dict[str, Any], key: str, source: str, default: float) -> float:
+    """raw[key] (or `default`), checked to be a positive finite number."""
+    value = raw.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+        raise fail(f"{source}: {key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def flag(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
+    """raw[key] (or `default`), checked to be true or false."""
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise fail(f"{source}: {key} must be true or false, got {value!r}")
+    return value
 
 
 def read_config(path: Path) -> dict[str, Any] | None:

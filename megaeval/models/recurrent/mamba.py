@@ -20,38 +20,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...errors import fail
+from ...kernels.common import acc_dtype
+from .config import flag, positive_float, positive_int
+from .layers import causal_conv, output_logits
 from .scan import scan, scan_reference
 
 Scan = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
-
-
-def state_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype recurrent states are carried in: float64 for float64 models, float32 otherwise."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def positive_int(raw: dict[str, Any], key: str, source: str, default: Any = None) -> int:
-    """raw[key] (or `default` when absent), checked to be a positive integer."""
-    value = raw.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise fail(f"{source}: {key} must be a positive integer, got {value!r}")
-    return value
-
-
-def positive_float(raw: dict[str, Any], key: str, source: str, default: float) -> float:
-    """raw[key] (or `default`), checked to be a positive finite number."""
-    value = raw.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
-        raise fail(f"{source}: {key} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def flag(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
-    """raw[key] (or `default`), checked to be true or false."""
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise fail(f"{source}: {key} must be true or false, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -154,17 +128,6 @@ class MambaState:
 # ------------------------------------------------------------------------------------- modules
 
 
-def causal_conv(x: Tensor, conv_state: Tensor, conv: nn.Conv1d, silu: bool = True) -> tuple[Tensor, Tensor]:
-    """(silu of) the causal depthwise conv of x [B, T, C] continuing `conv_state` [B, C, k-1] (the inputs before x):
-    ([B, T, C], the new conv state: the last k-1 inputs)."""
-    k = conv.weight.shape[-1]
-    if x.shape[1] == 0:
-        return x, conv_state
-    full = torch.cat([conv_state.to(x.dtype), x.transpose(1, 2)], dim=2)
-    out = F.conv1d(full, conv.weight, conv.bias, groups=full.shape[1])
-    return (F.silu(out) if silu else out).transpose(1, 2), full[:, :, full.shape[2] - (k - 1) :]
-
-
 def rms_norm(x: Tensor, eps: float, weight: Tensor | None = None) -> Tensor:
     """x / rms(x) over the last dim, computed in float32 at least, returned in x's dtype (times `weight`)."""
     wide = x.to(torch.promote_types(x.dtype, torch.float32))
@@ -207,7 +170,7 @@ class MambaMixer(nn.Module):
         if c.bc_dt_norm:
             dt, b, cc = (rms_norm(t, c.mixer_rms_eps) for t in (dt, b, cc))
         dt = dt @ self.dt_proj.weight.t()
-        sd = state_dtype(u.dtype)
+        sd = acc_dtype(u.dtype)
         return F.softplus(dt.to(sd) + self.dt_proj.bias.to(sd)), b.to(sd), cc.to(sd)
 
     def ssm(self, u: Tensor, h0: Tensor, chunk: int, scan_fn: Scan = scan, parts: Any = None) -> tuple[Tensor, Tensor]:
@@ -304,7 +267,7 @@ class MambaModel(nn.Module):
         c, w = self.config, self.backbone.embeddings.weight
         return MambaState([
             MambaLayerState(w.new_zeros(batch_size, block.mixer.conv_dim, c.conv_kernel - 1),
-                            w.new_zeros(batch_size, *block.mixer.ssm_shape, dtype=state_dtype(w.dtype)))
+                            w.new_zeros(batch_size, *block.mixer.ssm_shape, dtype=acc_dtype(w.dtype)))
             for block in self.backbone.layers
         ])  # fmt: skip
 
@@ -329,5 +292,4 @@ class MambaModel(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Logits [B, T, V] of final hidden states: float32 (float64 for float64 models)."""
-        w = self.lm_head.weight
-        return F.linear(hidden.to(w.dtype), w).to(torch.promote_types(w.dtype, torch.float32))
+        return output_logits(hidden, self.lm_head.weight)

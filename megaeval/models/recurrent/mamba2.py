@@ -19,7 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...errors import fail
-from .mamba import MambaLayerState, MambaModel, causal_conv, flag, positive_float, positive_int
+from .config import flag, positive_float, positive_int
+from .layers import causal_conv
+from .mamba import MambaLayerState, MambaModel
 
 
 @dataclass(frozen=True)

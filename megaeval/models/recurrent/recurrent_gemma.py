@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...errors import fail
-from .mamba import causal_conv, flag, positive_float, positive_int, state_dtype
+from ...kernels.common import acc_dtype
+from .config import flag, positive_float, positive_int
+from .layers import causal_conv, output_logits
 from .scan import scan, scan_reference
 
 QUERY_CHUNK = 256  # queries whose scores over the window are alive at once
@@ -233,7 +235,7 @@ class RecurrentBlock(nn.Module):
 def rotary(x: Tensor, positions: Tensor, c: RecurrentGemmaConfig) -> Tensor:
     """Rotary embedding of the first head_dim * partial_rotary_factor channels of x [B, H, T, d] (angles in float32,
     as transformers computes them; float64 for float64 models)."""
-    dim, wide = int(c.head_dim * c.partial_rotary_factor), state_dtype(x.dtype)
+    dim, wide = int(c.head_dim * c.partial_rotary_factor), acc_dtype(x.dtype)
     inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim))
     angles = positions.to(wide)[:, None] * inv_freq.to(wide)
     emb = torch.cat([angles, angles], -1)
@@ -345,7 +347,7 @@ class RecurrentGemmaModel(nn.Module):
 
         def layer(kind: str) -> RecurrentLayerState | AttentionLayerState:
             if kind == "recurrent":
-                lru = w.new_zeros(batch_size, c.lru_width, dtype=state_dtype(w.dtype))
+                lru = w.new_zeros(batch_size, c.lru_width, dtype=acc_dtype(w.dtype))
                 return RecurrentLayerState(w.new_zeros(batch_size, c.lru_width, c.conv1d_width - 1), lru)
             kv = w.new_zeros(batch_size, c.num_key_value_heads, held, c.head_dim)
             return AttentionLayerState(kv, kv.clone())
@@ -368,5 +370,5 @@ class RecurrentGemmaModel(nn.Module):
     def logits(self, hidden: Tensor) -> Tensor:
         """Soft-capped logits [B, T, V]: float32 (float64 for float64 models)."""
         w, cap = self.lm_head.weight, self.config.logits_soft_cap
-        logits = F.linear(hidden.to(w.dtype), w).to(torch.promote_types(w.dtype, torch.float32))
+        logits = output_logits(hidden, w)
         return torch.tanh(logits / cap) * cap

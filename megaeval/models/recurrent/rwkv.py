@@ -20,7 +20,9 @@ import torch
 from torch import Tensor, nn
 
 from ...errors import fail
-from .mamba import flag, positive_float, positive_int, state_dtype
+from ...kernels.common import acc_dtype
+from .config import flag, positive_float, positive_int
+from .layers import output_logits
 
 EMPTY_MAX = -1e38  # the max of a state holding nothing (transformers' convention; exp(-1e38 - x) is 0)
 
@@ -265,7 +267,7 @@ class RwkvModel(nn.Module):
     def init_state(self, batch_size: int) -> RwkvState:
         """A fresh state for `batch_size` sequences, on the model's device."""
         c, w = self.config, self.rwkv.embeddings.weight
-        sd = state_dtype(w.dtype)
+        sd = acc_dtype(w.dtype)
 
         def layer() -> RwkvLayerState:
             zeros = w.new_zeros(batch_size, c.attention_hidden_size, dtype=sd)
@@ -292,5 +294,4 @@ class RwkvModel(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Logits [B, T, V]: float32 (float64 for float64 models)."""
-        w = self.head.weight
-        return torch.nn.functional.linear(hidden.to(w.dtype), w).to(torch.promote_types(w.dtype, torch.float32))
+        return output_logits(hidden, self.head.weight)

@@ -18,7 +18,7 @@ import torch
 
 from ...errors import fail
 from ..weights import check_state_dict as check_state_dict_of
-from ..weights import pickled_files, place_tokenizer
+from ..weights import pickled_files, place_tokenizer, read_safetensors
 from .config import RFAConfig
 
 CONFIG_FILE = "config.json"
@@ -86,15 +86,7 @@ def load_weights(info: CheckpointInfo) -> dict[str, torch.Tensor]:
                 "convert the weights to safetensors (safetensors.torch.save_file)",
             )
         raise fail(f"missing {WEIGHTS_FILE} in {info.path}", "an rfa checkpoint stores its weights as safetensors")
-    try:
-        from safetensors.torch import load_file
-    except ImportError:
-        raise fail("rfa checkpoints need the safetensors package", "pip install safetensors") from None
-    try:
-        return load_file(str(file), device="cpu")
-    except Exception as e:  # safetensors raises SafetensorError / OSError with multi-line messages
-        reason = " ".join(str(e).split())[:160]
-        raise fail(f"cannot read {file}: not a valid safetensors file ({reason})", "re-copy or re-save it") from None
+    return read_safetensors(file, "rfa")
 
 
 def check_state_dict(state: dict[str, torch.Tensor], expected: dict[str, torch.Size], source: str) -> None:

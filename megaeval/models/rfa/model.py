@@ -18,15 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...kernels.common import acc_dtype
 from .config import RFAConfig
 
 NORM_FLOOR = 1e-6  # ||q|| and ||k|| are clamped here before normalising
 PE_BASE = 10000.0
-
-
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 for float64 models, float32 otherwise."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 # ----------------------------------------------------------------------------------------- state
