@@ -63,6 +63,12 @@ def positive_float(raw: dict[str, Any], key: str, source: str, default: float) -
     return float(value)
 
 
+def filled(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """raw with each key of `defaults` set to its default where absent or null: the fields transformers derives
+    (from hidden_size, say) only when not given; any value given, 0 included, is kept and checked."""
+    return {**raw, **{k: v for k, v in defaults.items() if raw.get(k) is None}}
+
+
 def flag(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
     """raw[key] (or `default`), checked to be true or false."""
     value = raw.get(key, default)

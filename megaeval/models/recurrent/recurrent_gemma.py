@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from ...errors import fail
 from ...kernels.common import acc_dtype
-from .config import flag, positive_float, positive_int
+from .config import filled, flag, positive_float, positive_int
 from .layers import causal_conv, output_logits
 from .scan import scan, scan_reference
 
@@ -77,15 +77,15 @@ class RecurrentGemmaConfig:
             raise fail(f"{source}: block_types must list 'recurrent' and 'attention', got {kinds!r}")
         hidden = positive_int(raw, "hidden_size", source, 2560)
         heads = positive_int(raw, "num_attention_heads", source, 10)
-        kv = raw.get("num_key_value_heads") or heads
+        derived = filled(raw, {"num_key_value_heads": heads, "lru_width": hidden})
         c = cls(
             vocab_size=positive_int(raw, "vocab_size", source, 256000),
             hidden_size=hidden,
             intermediate_size=positive_int(raw, "intermediate_size", source, 3 * 2560),
             num_hidden_layers=positive_int(raw, "num_hidden_layers", source, 26),
             num_attention_heads=heads,
-            num_key_value_heads=positive_int({"k": kv}, "k", f"{source}: num_key_value_heads"),
-            lru_width=positive_int({"w": raw.get("lru_width") or hidden}, "w", f"{source}: lru_width"),
+            num_key_value_heads=positive_int(derived, "num_key_value_heads", source),
+            lru_width=positive_int(derived, "lru_width", source),
             attention_window_size=positive_int(raw, "attention_window_size", source, 2048),
             conv1d_width=positive_int(raw, "conv1d_width", source, 4),
             logits_soft_cap=positive_float(raw, "logits_soft_cap", source, 30.0),

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ...errors import fail
 from ...kernels.common import acc_dtype
-from .config import flag, positive_float, positive_int
+from .config import filled, flag, positive_float, positive_int
 from .layers import output_logits
 
 EMPTY_MAX = -1e38  # the max of a state holding nothing (transformers' convention; exp(-1e38 - x) is 0)
@@ -48,9 +48,7 @@ class RwkvConfig:
     def from_hf(cls, raw: dict[str, Any], source: str = "config.json") -> RwkvConfig:
         """Read and check a transformers config.json (model_type rwkv); absent keys take transformers' defaults."""
         hidden = positive_int(raw, "hidden_size", source, 4096)
-        # transformers fills these when absent or null, and keeps any other value (0 included: refused below)
-        sizes = {"attention_hidden_size": hidden, "intermediate_size": 4 * hidden}
-        sizes = {k: default if raw.get(k) is None else raw[k] for k, default in sizes.items()}
+        sizes = filled(raw, {"attention_hidden_size": hidden, "intermediate_size": 4 * hidden})
         rescale = raw.get("rescale_every", 6)
         if not isinstance(rescale, int) or isinstance(rescale, bool):
             raise fail(f"{source}: rescale_every must be an integer, got {rescale!r}")

@@ -217,3 +217,14 @@ def test_recurrent_gemma_attends_only_within_its_window() -> None:
     b, _ = run(model, other)
     torch.testing.assert_close(a[:, 36:], b[:, 36:], rtol=1e-12, atol=1e-12)  # 36 = 20 + 16: out of reach
     assert not torch.allclose(a[:, 35], b[:, 35])  # the last position that still sees token 20
+
+
+@pytest.mark.parametrize("field", ["num_key_value_heads", "lru_width"])
+def test_recurrent_gemma_derived_sizes_are_filled_only_when_absent(field: str) -> None:
+    """As transformers does: absent or null takes the derived value; 0 is kept, and refused by its own name."""
+    raw = tiny_model("recurrent_gemma").config.to_dict()
+    derived = {"num_key_value_heads": raw["num_attention_heads"], "lru_width": raw["hidden_size"]}[field]
+    for absent in ({k: v for k, v in raw.items() if k != field}, {**raw, field: None}):
+        assert getattr(RecurrentGemmaConfig.from_hf(absent, "c.json"), field) == derived
+    with pytest.raises(MegaevalError, match=f"^c.json: {field} must be a positive integer, got 0$"):
+        RecurrentGemmaConfig.from_hf({**raw, field: 0}, "c.json")
