@@ -123,3 +123,41 @@ def chunk_parallel_scores(rank: int, world: int, init_method: str, checkpoint: s
             out.append({"rel": float(((nll - ref).abs() / ref.abs().clamp_min(1e-300)).max()),
                         "next": float((nxt - nxt_ref).abs().max() / nxt_ref.abs().max())})  # fmt: skip
     return out
+
+
+def stress_rwkv(ref: Any) -> Any:
+    """An RWKV with decays, bonuses and keys large enough that the stable WKV form matters (in place; returned)."""
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            if "time_decay" in name or "time_first" in name:
+                p.copy_(2 * torch.randn_like(p))
+            if name.endswith("attention.key.weight"):
+                p.mul_(30)
+    return ref
+
+
+def megaeval_copy(ref: Any, chunk: int = 16) -> Any:
+    """megaeval's model of a transformers model's architecture, holding its tensors (strict), in its dtype."""
+    config_class, model_class = ARCHITECTURES[ref.config.model_type].classes()
+    dtype = next(ref.parameters()).dtype
+    model = model_class(config_class.from_hf(ref.config.to_dict(), "config.json"), chunk=chunk).to(dtype)
+    model.load_state_dict(ref.state_dict(), strict=True)
+    return model.eval()
+
+
+def random_tokens(B: int, T: int, seed: int = 0) -> torch.Tensor:
+    """Token ids [B, T] in [3, VOCAB) (no special tokens), seeded."""
+    return torch.randint(3, VOCAB, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def read_in_calls(model: Any, tokens: torch.Tensor, sizes: list[int] | None = None, state: Any = None):
+    """Logits of `tokens` read by a recurrent model in calls of `sizes` tokens (one call by default), and the state
+    after them."""
+    state = model.init_state(tokens.shape[0]) if state is None else state
+    out, at = [], 0
+    with torch.no_grad():
+        for n in sizes or [tokens.shape[1]]:
+            hidden, state = model(tokens[:, at : at + n], state)
+            out.append(model.logits(hidden))
+            at += n
+    return torch.cat(out, 1), state

@@ -10,43 +10,26 @@ import pytest
 import torch
 
 from megaeval.errors import MegaevalError
-from megaeval.models.recurrent.mamba import MambaConfig, MambaModel
-from megaeval.models.recurrent.mamba2 import Mamba2Config, Mamba2Model
-from megaeval.models.recurrent.recurrent_gemma import RecurrentGemmaConfig, RecurrentGemmaModel
-from megaeval.models.recurrent.rwkv import RwkvConfig, RwkvModel
-from megaeval_testing.recurrent import float64_faithful, tiny_model
+from megaeval.models.recurrent.mamba import MambaConfig
+from megaeval.models.recurrent.mamba2 import Mamba2Config
+from megaeval.models.recurrent.recurrent_gemma import RecurrentGemmaConfig
+from megaeval_testing.recurrent import (
+    float64_faithful,
+    megaeval_copy,
+    random_tokens,
+    read_in_calls,
+    stress_rwkv,
+    tiny_model,
+)
 
-CLASSES = {"mamba": (MambaConfig, MambaModel), "falcon_mamba": (MambaConfig, MambaModel),
-           "mamba2": (Mamba2Config, Mamba2Model), "rwkv": (RwkvConfig, RwkvModel),
-           "recurrent_gemma": (RecurrentGemmaConfig, RecurrentGemmaModel)}  # fmt: skip
-KINDS = list(CLASSES)
+KINDS = ["mamba", "falcon_mamba", "mamba2", "rwkv", "recurrent_gemma"]
 
 
 def pair(kind: str, dtype: torch.dtype = torch.float64, chunk: int = 16, **overrides):
     ref = tiny_model(kind, **overrides).to(dtype)
-    if kind == "rwkv":  # decays, bonuses and keys large enough that the stable form matters
-        with torch.no_grad():
-            for name, p in ref.named_parameters():
-                if "time_decay" in name or "time_first" in name:
-                    p.copy_(2 * torch.randn_like(p))
-                if name.endswith("attention.key.weight"):
-                    p.mul_(30)
-    config_class, model_class = CLASSES[kind]
-    model = model_class(config_class.from_hf(ref.config.to_dict()), chunk=chunk).to(dtype)
-    model.load_state_dict(ref.state_dict(), strict=True)
-    return ref, model.eval()
-
-
-def run(model: MambaModel, tokens: torch.Tensor, sizes: list[int] | None = None, state=None):
-    state = model.init_state(tokens.shape[0]) if state is None else state
-    sizes = sizes or [tokens.shape[1]]
-    out, at = [], 0
-    with torch.no_grad():
-        for n in sizes:
-            hidden, state = model(tokens[:, at : at + n], state)
-            out.append(model.logits(hidden))
-            at += n
-    return torch.cat(out, 1), state
+    if kind == "rwkv":
+        stress_rwkv(ref)
+    return ref, megaeval_copy(ref, chunk)
 
 
 def row_of(state, r: int):
@@ -63,27 +46,23 @@ def recurrent_parts(layer) -> torch.Tensor:
     raise AssertionError(f"no recurrent tensor in {layer}")
 
 
-def tokens_of(B: int, T: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(3, 300, (B, T), generator=torch.Generator().manual_seed(seed))
-
-
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("T", [1, 37, 200])
 def test_one_call_equals_transformers_one_pass(kind: str, T: int) -> None:
     ref, model = pair(kind, chunk=64 if kind == "mamba2" else 16)
-    tokens = tokens_of(2, T)
+    tokens = random_tokens(2, T)
     with torch.no_grad(), float64_faithful():
         want = ref(input_ids=tokens, use_cache=False).logits
-    got, _ = run(model, tokens)
+    got, _ = read_in_calls(model, tokens)
     torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-8 * want.abs().max())
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_any_split_equals_one_call_and_the_token_loop(kind: str) -> None:
     _, model = pair(kind)
-    tokens = tokens_of(2, 200, seed=1)
-    whole, end = run(model, tokens)
-    split, end_split = run(model, tokens, [1, 5, 63, 2, 129])
+    tokens = random_tokens(2, 200, seed=1)
+    whole, end = read_in_calls(model, tokens)
+    split, end_split = read_in_calls(model, tokens, [1, 5, 63, 2, 129])
     torch.testing.assert_close(split, whole, rtol=1e-10, atol=1e-10 * whole.abs().max())
     with torch.no_grad():
         hidden, end_ref = model.forward_reference(tokens, model.init_state(2))
@@ -97,36 +76,36 @@ def test_any_split_equals_one_call_and_the_token_loop(kind: str) -> None:
 def test_transformers_float32_casts_are_the_only_difference(kind: str) -> None:
     """Against transformers as shipped (float32 inside its float64 model) agreement is about 1e-7, not better."""
     ref, model = pair(kind)
-    tokens = tokens_of(1, 100)
+    tokens = random_tokens(1, 100)
     with torch.no_grad():
         want = ref(input_ids=tokens, use_cache=False).logits
-    got, _ = run(model, tokens)
+    got, _ = read_in_calls(model, tokens)
     torch.testing.assert_close(got.to(want.dtype), want, rtol=1e-5, atol=1e-5 * want.abs().max())
 
 
 @pytest.mark.parametrize("kind", ["mamba", "mamba2", "rwkv", "recurrent_gemma"])
 def test_state_size_is_constant_and_rows_are_independent(kind: str) -> None:
     _, model = pair(kind)
-    tokens = tokens_of(3, 120, seed=2)
-    _, after10 = run(model, tokens[:, :10])
-    logits, after120 = run(model, tokens)
+    tokens = random_tokens(3, 120, seed=2)
+    _, after10 = read_in_calls(model, tokens[:, :10])
+    logits, after120 = read_in_calls(model, tokens)
     assert after10.nbytes() == after120.nbytes() == model.init_state(3).nbytes()
-    alone, _ = run(model, tokens[1:2])
+    alone, _ = read_in_calls(model, tokens[1:2])
     torch.testing.assert_close(logits[1:2], alone, rtol=1e-12, atol=1e-12)
     padded = tokens.clone()
     padded[0, 50:] = 0  # right padding changes nothing before it
-    logits_padded, _ = run(model, padded)
+    logits_padded, _ = read_in_calls(model, padded)
     torch.testing.assert_close(logits_padded[0, :50], logits[0, :50], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", ["falcon_mamba", "mamba2", "rwkv", "recurrent_gemma"])
 def test_repeat_then_continue_equals_continuing_each_row(kind: str) -> None:
     _, model = pair(kind)
-    prefix, cont = tokens_of(2, 30, seed=3), tokens_of(6, 20, seed=4)
-    _, state = run(model, prefix)
-    together, _ = run(model, cont, state=state.repeat(3))
+    prefix, cont = random_tokens(2, 30, seed=3), random_tokens(6, 20, seed=4)
+    _, state = read_in_calls(model, prefix)
+    together, _ = read_in_calls(model, cont, state=state.repeat(3))
     for i in range(6):
-        one, _ = run(model, cont[i : i + 1], state=row_of(state, i // 3))
+        one, _ = read_in_calls(model, cont[i : i + 1], state=row_of(state, i // 3))
         torch.testing.assert_close(together[i : i + 1], one, rtol=1e-12, atol=1e-12)
     assert state.batch_size == 2
 
@@ -137,11 +116,11 @@ def test_states_are_float32_for_narrow_models(kind: str, dtype: torch.dtype) -> 
     ref, model = pair(kind, dtype=dtype)
     state = model.init_state(1)
     assert all(recurrent_parts(s).dtype == torch.float32 for s in state.layers if not hasattr(s, "keys"))
-    logits, after = run(model, tokens_of(1, 70))
+    logits, after = read_in_calls(model, random_tokens(1, 70))
     assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
     assert all(recurrent_parts(s).dtype == torch.float32 for s in after.layers if not hasattr(s, "keys"))
     with torch.no_grad():
-        want = ref(input_ids=tokens_of(1, 70), use_cache=False).logits.float()
+        want = ref(input_ids=random_tokens(1, 70), use_cache=False).logits.float()
     tol = 1e-4 if dtype == torch.float32 else 0.1
     torch.testing.assert_close(logits, want, rtol=tol, atol=tol * want.abs().max())
 
@@ -210,11 +189,11 @@ def test_recurrent_gemma_attends_only_within_its_window() -> None:
             with torch.no_grad():
                 block.temporal_block.linear_out.weight.zero_()
                 block.temporal_block.linear_out.bias.zero_()
-    tokens = tokens_of(1, 60, seed=7)
+    tokens = random_tokens(1, 60, seed=7)
     other = tokens.clone()
     other[0, 20] = (other[0, 20] + 1) % 300  # 39 tokens before the last one: outside a 16-token window
-    a, _ = run(model, tokens, [7, 30, 23])
-    b, _ = run(model, other)
+    a, _ = read_in_calls(model, tokens, [7, 30, 23])
+    b, _ = read_in_calls(model, other)
     torch.testing.assert_close(a[:, 36:], b[:, 36:], rtol=1e-12, atol=1e-12)  # 36 = 20 + 16: out of reach
     assert not torch.allclose(a[:, 35], b[:, 35])  # the last position that still sees token 20
 

@@ -12,7 +12,7 @@ import torch
 
 from megaeval.errors import MegaevalError
 from megaeval.models.recurrent.mamba import MambaConfig, MambaLayerState, MambaModel, MambaState
-from megaeval_testing.recurrent import float64_faithful, tiny_model
+from megaeval_testing.recurrent import float64_faithful, random_tokens, read_in_calls, tiny_model
 
 KINDS = ["mamba", "falcon_mamba"]
 VARIANTS = {
@@ -35,22 +35,6 @@ def pair(kind: str, dtype: torch.dtype = torch.float64, chunk: int = 16, **overr
     return ref, model.eval()
 
 
-def tokens_of(B: int, T: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(3, 300, (B, T), generator=torch.Generator().manual_seed(seed))
-
-
-def run(model: MambaModel, tokens: torch.Tensor, sizes: list[int] | None = None, state=None):
-    """Logits of `tokens` read in calls of `sizes` tokens (one call by default), and the state after them."""
-    state = model.init_state(tokens.shape[0]) if state is None else state
-    out, at = [], 0
-    with torch.no_grad():
-        for n in sizes or [tokens.shape[1]]:
-            hidden, state = model(tokens[:, at : at + n], state)
-            out.append(model.logits(hidden))
-            at += n
-    return torch.cat(out, 1), state
-
-
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max()).item()
 
@@ -61,11 +45,11 @@ def test_config_switches_equal_transformers(kind: str, variant: str) -> None:
     """Biases on, conv bias off, residual_in_fp32 off, explicit time_step_rank, untied output, other eps, k = 2 and
     k = 1 (no conv state at all): one call and 1-token calls shorter than k-1 both equal transformers' one pass."""
     ref, model = pair(kind, **VARIANTS[variant])
-    tokens = tokens_of(2, 90)
+    tokens = random_tokens(2, 90)
     with torch.no_grad(), float64_faithful():
         want = ref(input_ids=tokens, use_cache=False).logits
-    whole, _ = run(model, tokens)
-    split, _ = run(model, tokens, [1, 1, 2, 1, 17, 68])
+    whole, _ = read_in_calls(model, tokens)
+    split, _ = read_in_calls(model, tokens, [1, 1, 2, 1, 17, 68])
     assert rel(whole, want) < 1e-8
     assert rel(split, whole) < 1e-10
 
@@ -105,7 +89,7 @@ def test_gradients_through_the_chunked_scan_equal_the_token_loop() -> None:
     equal the token loop's; inference mode runs too."""
     _, model = pair("falcon_mamba", chunk=8)
     model.train()
-    tokens = tokens_of(2, 30, seed=4)
+    tokens = random_tokens(2, 30, seed=4)
     grads = []
     for forward in (model.forward, model.forward_reference):
         hidden, _ = forward(tokens, model.init_state(2))
@@ -121,20 +105,20 @@ def test_gradients_through_the_chunked_scan_equal_the_token_loop() -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_clone_shares_nothing_and_repeat_continues_each_row(kind: str) -> None:
     _, model = pair(kind)
-    _, state = run(model, tokens_of(2, 25, seed=5))
+    _, state = read_in_calls(model, random_tokens(2, 25, seed=5))
     copy = state.clone()
-    run(model, tokens_of(2, 10, seed=6), state=copy)
+    read_in_calls(model, random_tokens(2, 10, seed=6), state=copy)
     for layer in copy.layers:
         layer.conv.add_(1)
         layer.ssm.add_(1)
-    _, again = run(model, tokens_of(2, 25, seed=5))
+    _, again = read_in_calls(model, random_tokens(2, 25, seed=5))
     for a, b in zip(state.layers, again.layers, strict=True):
         assert torch.equal(a.conv, b.conv) and torch.equal(a.ssm, b.ssm)
-    cont = tokens_of(4, 12, seed=7)
-    together, _ = run(model, cont, state=state.repeat(2))
+    cont = random_tokens(4, 12, seed=7)
+    together, _ = read_in_calls(model, cont, state=state.repeat(2))
     for i in range(4):
         row = [MambaLayerState(s.conv[i // 2 : i // 2 + 1], s.ssm[i // 2 : i // 2 + 1]) for s in state.layers]
-        alone, _ = run(model, cont[i : i + 1], state=MambaState(row, state.position).clone())
+        alone, _ = read_in_calls(model, cont[i : i + 1], state=MambaState(row, state.position).clone())
         torch.testing.assert_close(together[i : i + 1], alone, rtol=1e-12, atol=1e-12)
     assert state.repeat(2).batch_size == 4 and state.batch_size == 2
 
@@ -142,23 +126,23 @@ def test_clone_shares_nothing_and_repeat_continues_each_row(kind: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_state_is_constant_in_size_and_float32_for_narrow_models(kind: str) -> None:
     _, model = pair(kind, dtype=torch.bfloat16)
-    logits, after = run(model, tokens_of(1, 70))
+    logits, after = read_in_calls(model, random_tokens(1, 70))
     assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
     assert all(s.ssm.dtype == torch.float32 for s in after.layers)
-    assert after.nbytes() == run(model, tokens_of(1, 5))[1].nbytes() == model.init_state(1).nbytes()
+    assert after.nbytes() == read_in_calls(model, random_tokens(1, 5))[1].nbytes() == model.init_state(1).nbytes()
 
 
 def test_transformers_multi_token_continuation_is_not_exact() -> None:
     """transformers' slow path restarts the SSM from zero when a call of more than one token continues a cache
     (only the conv state is carried), so its chunked streaming drifts from its own one pass; megaeval's does not."""
     ref, model = pair("mamba")
-    tokens = tokens_of(1, 160, seed=8)
+    tokens = random_tokens(1, 160, seed=8)
     with torch.no_grad(), float64_faithful():
         one = ref(input_ids=tokens, use_cache=False).logits
         first = ref(input_ids=tokens[:, :100], use_cache=True)
         rest = ref(input_ids=tokens[:, 100:], cache_params=first.cache_params, use_cache=True)
     streamed = torch.cat([first.logits, rest.logits], 1)
-    ours, _ = run(model, tokens, [100, 60])
+    ours, _ = read_in_calls(model, tokens, [100, 60])
     assert rel(streamed[:, :100], one[:, :100]) < 1e-12  # the first call is fine
     assert rel(streamed, one) > 1e-4  # measured 2e-3: the continuation is off
     assert rel(ours, one) < 1e-12

@@ -9,35 +9,24 @@ import torch
 
 from megaeval.errors import MegaevalError
 from megaeval.models.recurrent.rwkv import EMPTY_MAX, RwkvConfig, RwkvModel, wkv_chunk, wkv_reference
-from megaeval_testing.recurrent import float64_faithful, tiny_model
+from megaeval_testing.recurrent import (
+    float64_faithful,
+    megaeval_copy,
+    random_tokens,
+    read_in_calls,
+    stress_rwkv,
+    tiny_model,
+)
 
 
 def pair(chunk: int = 16, **overrides) -> tuple[torch.nn.Module, RwkvModel]:
     """A float64 transformers RWKV with large random decays, bonuses and keys, and megaeval's copy of it."""
-    ref = tiny_model("rwkv", **overrides).double()
-    with torch.no_grad():
-        for name, p in ref.named_parameters():
-            if "time_decay" in name or "time_first" in name:
-                p.copy_(2 * torch.randn_like(p))
-            if name.endswith("attention.key.weight"):
-                p.mul_(30)
-    model = RwkvModel(RwkvConfig.from_hf(ref.config.to_dict(), "c.json"), chunk=chunk).double()
-    model.load_state_dict(ref.state_dict(), strict=True)
-    return ref, model.eval()
+    ref = stress_rwkv(tiny_model("rwkv", **overrides).double())
+    return ref, megaeval_copy(ref, chunk)
 
 
 def logits_of(model: RwkvModel, tokens: torch.Tensor, sizes: list[int] | None = None) -> torch.Tensor:
-    state, out, at = model.init_state(tokens.shape[0]), [], 0
-    with torch.no_grad():
-        for n in sizes or [tokens.shape[1]]:
-            hidden, state = model(tokens[:, at : at + n], state)
-            out.append(model.logits(hidden))
-            at += n
-    return torch.cat(out, 1)
-
-
-def tokens_of(B: int, T: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(3, 300, (B, T), generator=torch.Generator().manual_seed(seed))
+    return read_in_calls(model, tokens, sizes)[0]
 
 
 def close(got: torch.Tensor, want: torch.Tensor, tol: float) -> None:
@@ -53,7 +42,7 @@ def close(got: torch.Tensor, want: torch.Tensor, tol: float) -> None:
 )  # fmt: skip
 def test_rescaling_narrow_attention_and_tying_equal_transformers_eval_mode(overrides: dict) -> None:
     ref, model = pair(**overrides)
-    tokens = tokens_of(2, 90)
+    tokens = random_tokens(2, 90)
     with torch.no_grad(), float64_faithful():
         want = ref(input_ids=tokens, use_cache=False).logits
         unscaled = ref.train()(input_ids=tokens, use_cache=False).logits  # training mode: no rescaling
@@ -74,7 +63,7 @@ def test_state_dict_is_transformers_one() -> None:
 @pytest.mark.parametrize("chunk", [1, 7, 16, 32, 64])
 def test_every_chunk_size_equals_the_token_loop(chunk: int) -> None:
     _, model = pair(chunk=chunk, num_hidden_layers=3, rescale_every=2)
-    tokens = tokens_of(2, 150, seed=1)
+    tokens = random_tokens(2, 150, seed=1)
     with torch.no_grad():
         hidden, _ = model.forward_reference(tokens, model.init_state(2))
         want = model.logits(hidden)
@@ -109,7 +98,7 @@ def test_wkv_chunks_with_keys_of_30_stay_exact(dtype: torch.dtype) -> None:
 def test_gradients_equal_the_token_loops_and_inference_mode_runs() -> None:
     _, model = pair(num_hidden_layers=2)
     model.train()
-    tokens = tokens_of(2, 40, seed=3)
+    tokens = random_tokens(2, 40, seed=3)
     params = [p for p in model.parameters() if p.requires_grad]
     grads = []
     for forward in (model.forward, model.forward_reference):
@@ -127,8 +116,8 @@ def test_state_bookkeeping() -> None:
     state = model.init_state(2)
     assert all(t.dtype == torch.float64 for s in state.layers for t in (s.num, s.den, s.max))
     with torch.no_grad():
-        _, after10 = model(tokens_of(2, 10), state.clone())
-        _, after500 = model(tokens_of(2, 500), state.clone())
+        _, after10 = model(random_tokens(2, 10), state.clone())
+        _, after500 = model(random_tokens(2, 500), state.clone())
     assert after10.nbytes() == after500.nbytes() == state.nbytes() > 0
     assert after500.position == 500 and after500.batch_size == 2
     copy = after500.clone()
