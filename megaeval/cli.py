@@ -2,96 +2,41 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from typing import Annotated
 
 import typer
 
+from .cli_options import (
+    BosOpt,
+    ChunkParallelOpt,
+    DeviceOpt,
+    DistTimeoutOpt,
+    DtypeOpt,
+    KernelsOpt,
+    ModelArg,
+    ModelArgsOpt,
+    ModelOpt,
+    NoBosOpt,
+    bos_flag,
+    unescape,
+    user_errors,
+)
 from .console import echo, error_line, interrupt_on_sigterm
-from .errors import MegaevalError
 from .scoring.sweep_plan import DEFAULT_LENGTHS
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Evaluate long-context language models: perplexity sweeps, SCROLLS and the academic suite.",
+    help="Evaluate long-context language models: perplexity sweeps, needle retrieval, SCROLLS and the academic suite.",
 )
 
 
 @app.callback()
 def _commands() -> None:
-    """Evaluate long-context language models: perplexity sweeps, SCROLLS and the academic suite."""
-
-
-ModelArg = Annotated[
-    str | None, typer.Argument(help="Checkpoint dir, FAMILY:PATH or embedded:NAME; default: embedded:megalodon-tiny.")
-]
-ModelArgsOpt = Annotated[
-    str,
-    typer.Option(
-        "--model-args", help="Comma-separated key=value options, e.g. norm_stats=official-window,tokenizer=PATH."
-    ),
-]
-DtypeOpt = Annotated[str, typer.Option(help="float32, float64, bfloat16 or float16.")]
-DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
-KernelsOpt = Annotated[
-    str | None,
-    typer.Option(help="MEGALODON kernels: auto (default: Triton on CUDA, PyTorch otherwise), triton or torch."),
-]
-
-
-BosOpt = Annotated[
-    str,
-    typer.Option(
-        "--bos",
-        help="Start contexts with BOS: auto (the model's convention: an hf tokenizer's own default, as "
-        "lm-evaluation-harness does; BOS for MEGALODON and RFA), always or never.",
-    ),
-]
-ChunkParallelOpt = Annotated[
-    int,
-    typer.Option(
-        help="Under torchrun: ranks that share each sequence, each reading a slice and (hf) holding that slice's "
-        "KV cache (MEGALODON, hf)."
-    ),
-]
-NoBosOpt = Annotated[bool, typer.Option("--no-bos", hidden=True, help="Same as --bos never.")]
-
-
-def _bos(bos: str, no_bos: bool) -> str:
-    """The --bos policy, with the old --no-bos flag as an alias of never."""
-    from .errors import fail
-    from .scoring.requests import bos_policy
-
-    bos = bos_policy(bos)
-    if no_bos and bos not in ("auto", "never"):
-        raise fail(f"--no-bos contradicts --bos {bos}", "pass one of them")
-    return "never" if no_bos else bos
-
-
-DistTimeoutOpt = Annotated[
-    float, typer.Option(help="Under torchrun: seconds a rank waits for the others before the whole run stops.")
-]
-
-
-def user_errors(fn):
-    """Turn MegaevalError into one line on stderr and exit code 2; Ctrl-C into exit code 130."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except MegaevalError as e:
-            error_line(str(e))
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
-
-    return wrapper
+    """Evaluate long-context language models: perplexity sweeps, needle retrieval, SCROLLS and the academic suite."""
 
 
 @app.command()
@@ -110,12 +55,6 @@ def info(
 
     lm = load_for_info(model, parse_model_args(model_args), device, dtype, kernels)
     echo(json.dumps(lm.describe(), indent=2) if as_json else info_table(lm), end="\n" if as_json else "")
-
-
-ModelOpt = Annotated[
-    str | None,
-    typer.Option("--model", help="Checkpoint dir, FAMILY:PATH or embedded:NAME; default: embedded:megalodon-tiny."),
-]
 
 
 @app.command("prep-books")
@@ -254,8 +193,8 @@ def scrolls(
     settings = ScrollsSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, data_dir=data_dir, split=split,
         limit=limit, shots=shots, seed=seed, template=template, max_new_tokens=max_new_tokens,
-        stop=None if stop is None else [_unescape(s) for s in stop], truncation=truncation,
-        bos=_bos(bos, no_bos), device=device, dtype=dtype, kernels=kernels, predictions=predictions,
+        stop=None if stop is None else [unescape(s) for s in stop], truncation=truncation,
+        bos=bos_flag(bos, no_bos), device=device, dtype=dtype, kernels=kernels, predictions=predictions,
         allow_partial=allow_partial, out=out, samples=samples, resume=resume, chunk_parallel=chunk_parallel,
         dist_timeout=dist_timeout,
     )  # fmt: skip
@@ -310,7 +249,7 @@ def academic(
 
     settings = AcademicSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, shots=shots, limit=limit,
-        data_dir=data_dir, seed=seed, bos=_bos(bos, no_bos), device=device, dtype=dtype, kernels=kernels, out=out,
+        data_dir=data_dir, seed=seed, bos=bos_flag(bos, no_bos), device=device, dtype=dtype, kernels=kernels, out=out,
         samples=samples, resume=resume, chunk_parallel=chunk_parallel, dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_academic(settings, progress=progress)
@@ -320,6 +259,65 @@ def academic(
     if report["results"].get("average") is not None:
         echo(f"average over tasks: {report['results']['average']:.4f}")
     echo(f"report: {out}")
+
+
+@app.command("needle")
+@user_errors
+def needle(
+    model: ModelOpt = None,
+    model_args: ModelArgsOpt = "",
+    tasks: Annotated[
+        str,
+        typer.Option(
+            "--task",
+            "--tasks",
+            help="Comma-separated: passkey, niah_single_1/2/3, niah_multikey_1/2/3, "
+            "niah_multivalue, niah_multiquery, or all.",
+        ),
+    ] = "passkey",
+    lengths: Annotated[str, typer.Option(help="Prompt lengths, max_new_tokens included; K = 1024, M = 1048576.")] = (
+        "4K,8K,16K,32K,64K,128K"
+    ),
+    depths: Annotated[str, typer.Option(help="Needle depths in percent of the haystack.")] = (
+        "0,10,20,30,40,50,60,70,80,90,100"
+    ),
+    samples_per_cell: Annotated[int, typer.Option(help="Prompts per (length, depth), each with new needles.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of the needles, keys and values (RULER's default).")] = 42,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Default per task: passkey 10, RULER 128.")] = None,
+    haystack: Annotated[
+        str | None, typer.Option(help="Folder of .txt books for RULER's essay haystack; default: six Austen novels.")
+    ] = None,
+    chat_template: Annotated[
+        bool, typer.Option(help="hf models: the prompt as one user turn of the model's chat template.")
+    ] = False,
+    schedule: Annotated[
+        str, typer.Option(help="auto (shared for state-carrying models, naive otherwise), shared or naive.")
+    ] = "auto",
+    bos: BosOpt = "auto",
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "float32",
+    kernels: KernelsOpt = None,
+    chunk_parallel: ChunkParallelOpt = 1,
+    dist_timeout: DistTimeoutOpt = 1800.0,
+    out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/needle.json",
+    samples: Annotated[str | None, typer.Option(help="Per-prompt JSONL: needle, answer, prediction, score.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Passkey and RULER needle-in-a-haystack retrieval over a length x depth grid (heatmap: megaeval plot)."""
+    from .commands.needle import NeedleSettings, needle_summary, run_needle
+    from .models import parse_model_args
+
+    settings = NeedleSettings(
+        model=model, model_args=parse_model_args(model_args), tasks=tasks, lengths=lengths, depths=depths,
+        samples_per_cell=samples_per_cell, seed=seed, max_new_tokens=max_new_tokens, haystack=haystack,
+        chat_template=chat_template, schedule=schedule, bos=bos, device=device, dtype=dtype, kernels=kernels,
+        chunk_parallel=chunk_parallel, dist_timeout=dist_timeout, out=out, samples=samples, resume=resume,
+    )  # fmt: skip
+    report = run_needle(settings, progress=progress)
+    if report is not None:  # rank 0 (or the only process)
+        echo(needle_summary(report), end="")
+        echo(f"report: {out}")
 
 
 @app.command("report")
@@ -344,29 +342,15 @@ def report_cmd(
 @app.command("plot")
 @user_errors
 def plot_cmd(
-    reports: Annotated[list[str], typer.Argument(help="ppl-sweep report JSON files.")],
+    reports: Annotated[list[str], typer.Argument(help="ppl-sweep or needle report JSON files.")],
     out: Annotated[str, typer.Option(help="Picture file: .png, .svg or .pdf.")],
     position_curve: Annotated[bool, typer.Option(help="Add the per-position NLL curve panel.")] = False,
 ) -> None:
-    """Perplexity against context length (log2 axis), one line per report."""
+    """Perplexity against context length (log2 axis), one line per report; needle reports: heatmaps of accuracy
+    by depth and length, and (several reports) accuracy against length."""
     from .commands.plot import plot_reports
 
     echo(f"plot: {plot_reports(reports, out, position_curve=position_curve)}")
-
-
-def _unescape(text: str) -> str:
-    """A --stop value with backslash escapes (\\n, \\t, \\u2014) decoded."""
-    import codecs
-
-    from .errors import fail
-
-    try:
-        return codecs.decode(text, "unicode_escape")
-    except UnicodeDecodeError as e:
-        raise fail(
-            f"--stop {text!r} has a bad escape ({e.reason})",
-            "write escapes such as \\n or \\t, or \\\\ for a backslash",
-        ) from None
 
 
 def main() -> None:

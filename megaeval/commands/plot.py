@@ -36,12 +36,14 @@ def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool 
     check_outputs({"--out": out}, paths)
     check_writable(out)
     reports = [load_report(p) for p in paths]
+    labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
+    if any(r.get("command") == "needle" for r in reports):
+        return _needle_plot(paths, reports, labels, out, position_curve)
     for p, r in zip(paths, reports, strict=True):
         if r.get("command") != "ppl-sweep":
-            raise fail(f"{p} is a {r.get('command')!r} report", "megaeval plot draws ppl-sweep reports")
+            raise fail(f"{p} is a {r.get('command')!r} report", "megaeval plot draws ppl-sweep or needle reports")
         if position_curve and not r["results"].get("position_curve"):
             raise fail(f"{p} has no results.position_curve", "drop --position-curve, or plot ppl-sweep reports")
-    labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
     plt = _pyplot()
     panels = 2 if position_curve else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), squeeze=False)
@@ -51,11 +53,28 @@ def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool 
     data = reports[0].get("data") or {}
     fig.suptitle(f"Perplexity by context length — {data.get('tokens_scored', 0):,} tokens per length", fontsize=12)
     fig.tight_layout()
+    return _save(plt, fig, out)
+
+
+def _save(plt: Any, fig: Any, out: Path) -> Path:
     image = io.BytesIO()
     fig.savefig(image, dpi=130, format=out.suffix.lower()[1:])
     plt.close(fig)
     write_output(out, lambda f: f.write(image.getvalue()))
     return out
+
+
+def _needle_plot(paths: list, reports: list[dict], labels: list[str], out: Path, position_curve: bool) -> Path:
+    from .plot_needle import needle_figure
+
+    for p, r in zip(paths, reports, strict=True):
+        if r.get("command") != "needle":
+            raise fail(f"{p} is a {r.get('command')!r} report, and a needle report is among the others",
+                       "plot needle reports together, and ppl-sweep reports together")  # fmt: skip
+    if position_curve:
+        raise fail("--position-curve draws ppl-sweep reports", "drop --position-curve for needle reports")
+    plt = _pyplot()
+    return _save(plt, needle_figure(plt, reports, labels), out)
 
 
 def _ppl_panel(ax: Any, reports: list[dict], labels: list[str]) -> None:

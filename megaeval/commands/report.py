@@ -53,6 +53,29 @@ def task_rows(reports: list[dict[str, Any]], metric: str | None = None) -> tuple
     return ["task"], rows
 
 
+def needle_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """Needle reports: for each report and task, accuracy with a row per depth and a column per length, and a last
+    row of each length's mean."""
+    out = []
+    for report, label in zip(reports, labels, strict=True):
+        for task, res in report["results"].items():
+            if task in TASK_SUMMARIES:
+                continue
+            lengths = [row["length"] for row in res["lengths"]]
+            depths = sorted({c["depth"] for c in res["cells"]})
+            grid = {(c["length"], c["depth"]): c["accuracy"] for c in res["cells"]}
+            rows = [[f"{d}%"] + [_accuracy(grid.get((n, d))) for n in lengths] for d in depths]
+            rows.append(["mean"] + [_accuracy(row["accuracy"]) for row in res["lengths"]])
+            title = f"{label}: {task} accuracy by needle depth and length (overall {_accuracy(res['accuracy'])})"
+            table = render_table(["depth"] + [format_length(n) for n in lengths], rows, fmt)
+            out.append(table if fmt == "csv" else f"{title}\n{table}")
+    return "".join(out)
+
+
+def _accuracy(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
 def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = None) -> str:
     """`megaeval report`: the given reports side by side."""
     if not paths:
@@ -61,13 +84,16 @@ def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = No
     commands = {r.get("command") for r in reports}
     if len(commands) > 1:
         raise fail(f"cannot put {' and '.join(sorted(map(str, commands)))} reports in one table", "pass one kind")
+    labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
+    if commands == {"needle"} and metric is None:
+        return needle_tables(reports, labels, fmt)
     if commands == {"ppl-sweep"}:
         header, rows = sweep_rows(reports, metric or "ppl")
         title = f"{metric or 'ppl'} by context length"
     else:
         header, rows = task_rows(reports, metric)
         title = f"{commands.pop()}: {metric or 'headline metric'} by task"
-    header += unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
+    header += labels
     return render_table(header, rows, fmt, title=title)
 
 

@@ -112,7 +112,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return report
 
 
-COMMANDS = ("ppl-sweep", "scrolls", "academic")
+COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle")
 TASK_SUMMARIES = ("average", "average_of")  # results keys of a task report that are not tasks
 
 
@@ -136,6 +136,18 @@ def _check_tasks(results: dict[str, Any], broken: str, fix: str) -> None:
             raise fail(f"{broken}: results.{task}.{metric} is {value!r:.40}, not a number", fix)
 
 
+def _check_needle(results: dict[str, Any], broken: str, fix: str) -> None:
+    for task, res in results.items():
+        if task in TASK_SUMMARIES:
+            continue
+        for key, fields in (("cells", ("length", "depth", "accuracy")), ("lengths", ("length", "accuracy"))):
+            rows = res.get(key)
+            if not isinstance(rows, list) or not rows or not all(
+                isinstance(r, dict) and all(isinstance(r.get(f), (int, float)) and not isinstance(r.get(f), bool)
+                                            for f in fields) for r in rows):  # fmt: skip
+                raise fail(f"{broken}: results.{task}.{key} is missing or malformed", fix)
+
+
 def _check_results(report: dict[str, Any], path: Path) -> None:
     broken = f"{path} is not a complete megaeval report"
     fix = "pass an unedited report written by megaeval --out"
@@ -144,6 +156,8 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
         raise fail(f"{broken}: results is a {type(results).__name__}, not an object", fix)
     if report.get("command") != "ppl-sweep":
         _check_tasks(results, broken, fix)
+        if report.get("command") == "needle":
+            _check_needle(results, broken, fix)
         return
     rows = results.get("lengths")
     if not isinstance(rows, list) or not rows:

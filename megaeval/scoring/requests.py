@@ -136,3 +136,13 @@ def score_requests(
     if not context:
         raise fail(*EMPTY_CONTEXT)
     return score_request_pairs(lm, [(context, c) for c in continuations], fewshot)
+
+
+def chat_prompt(lm: StreamingLM, user_text: str) -> str:
+    """`user_text` as one user turn of the model's chat template, ready for the assistant's answer (what RULER's
+    chat templates and lm-evaluation-harness's --apply_chat_template do); refused for a tokenizer without one."""
+    tok = getattr(lm.tokenizer, "tok", None)
+    if not getattr(tok, "chat_template", None):
+        raise fail(f"--chat-template: the tokenizer of {lm.spec} has no chat template",
+                   "drop --chat-template (a base model reads the prompt as it is)")  # fmt: skip
+    return tok.apply_chat_template([{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True)

@@ -11,20 +11,30 @@ from ..errors import fail
 def list_tasks(suite: str) -> list[str]:
     """Names of the tasks of a suite, sorted."""
     folder = resources.files("megaeval.suites").joinpath(suite)
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name.removesuffix(".yaml")
+        for p in folder.iterdir()
+        if p.name.endswith(".yaml") and not p.name.startswith("_")
+    )  # _NAME.yaml: what several tasks include
 
 
 def load_spec(suite: str, task: str) -> dict[str, Any]:
-    """The definition of one task of a suite."""
-    import yaml
-
+    """The definition of one task of a suite (`include: FILE` first merges in a file of the same suite that
+    several tasks share; the task's own keys win)."""
     known = list_tasks(suite)
     if task not in known:
         raise fail(f"unknown {suite} task {task!r}", f"choose from: {', '.join(known)}")
-    text = resources.files("megaeval.suites").joinpath(suite, f"{task}.yaml").read_text(encoding="utf-8")
-    spec = yaml.safe_load(text)
+    spec = _read_yaml(suite, f"{task}.yaml")
+    if "include" in spec:
+        spec = {**_read_yaml(suite, spec.pop("include")), **spec}
     spec.setdefault("task", task)
     return spec
+
+
+def _read_yaml(suite: str, name: str) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(resources.files("megaeval.suites").joinpath(suite, name).read_text(encoding="utf-8"))
 
 
 def parse_tasks(text: str, suite: str) -> list[str]:

@@ -1,0 +1,100 @@
+"""The options several `megaeval` commands share, and how the CLI turns errors into one line and an exit code."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Annotated
+
+import typer
+
+from .console import error_line
+from .errors import MegaevalError
+
+ModelArg = Annotated[
+    str | None, typer.Argument(help="Checkpoint dir, FAMILY:PATH or embedded:NAME; default: embedded:megalodon-tiny.")
+]
+ModelArgsOpt = Annotated[
+    str,
+    typer.Option(
+        "--model-args", help="Comma-separated key=value options, e.g. norm_stats=official-window,tokenizer=PATH."
+    ),
+]
+DtypeOpt = Annotated[str, typer.Option(help="float32, float64, bfloat16 or float16.")]
+DeviceOpt = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
+KernelsOpt = Annotated[
+    str | None,
+    typer.Option(help="MEGALODON kernels: auto (default: Triton on CUDA, PyTorch otherwise), triton or torch."),
+]
+
+
+BosOpt = Annotated[
+    str,
+    typer.Option(
+        "--bos",
+        help="Start contexts with BOS: auto (the model's convention: an hf tokenizer's own default, as "
+        "lm-evaluation-harness does; BOS for MEGALODON and RFA), always or never.",
+    ),
+]
+ChunkParallelOpt = Annotated[
+    int,
+    typer.Option(
+        help="Under torchrun: ranks that share each sequence, each reading a slice and (hf) holding that slice's "
+        "KV cache (MEGALODON, hf)."
+    ),
+]
+NoBosOpt = Annotated[bool, typer.Option("--no-bos", hidden=True, help="Same as --bos never.")]
+
+
+def bos_flag(bos: str, no_bos: bool) -> str:
+    """The --bos policy, with the old --no-bos flag as an alias of never."""
+    from .errors import fail
+    from .scoring.requests import bos_policy
+
+    bos = bos_policy(bos)
+    if no_bos and bos not in ("auto", "never"):
+        raise fail(f"--no-bos contradicts --bos {bos}", "pass one of them")
+    return "never" if no_bos else bos
+
+
+DistTimeoutOpt = Annotated[
+    float, typer.Option(help="Under torchrun: seconds a rank waits for the others before the whole run stops.")
+]
+
+
+def user_errors(fn):
+    """Turn MegaevalError into one line on stderr and exit code 2; Ctrl-C into exit code 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MegaevalError as e:
+            error_line(str(e))
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help="Checkpoint dir, FAMILY:PATH or embedded:NAME; default: embedded:megalodon-tiny."),
+]
+
+
+def unescape(text: str) -> str:
+    """A --stop value with backslash escapes (\\n, \\t, \\u2014) decoded."""
+    import codecs
+
+    from .errors import fail
+
+    try:
+        return codecs.decode(text, "unicode_escape")
+    except UnicodeDecodeError as e:
+        raise fail(
+            f"--stop {text!r} has a bad escape ({e.reason})",
+            "write escapes such as \\n or \\t, or \\\\ for a backslash",
+        ) from None

@@ -1,0 +1,203 @@
+"""`megaeval needle`: passkey and RULER needle-in-a-haystack retrieval over a grid of lengths and depths.
+
+Every (task, length, sample) is one unit of the run skeleton: its needles are drawn from the seed, its haystack
+sized so that every depth's prompt + --max-new-tokens fits the length (`tasks.needle_prompts`), and its prompts
+answered greedily. With the shared schedule (the default for state-carrying models) the haystack before each needle
+is read once: prompts go in order of depth and each branches from a copy of the state read up to where it leaves
+the next one (`scoring.generate.generate_branches`); a Transformer reads each prompt whole (a copy of a long KV
+cache would double its memory). Scores: `metrics.needle`; the grid: `tasks.needle_results`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..distributed import group_max
+from ..errors import fail
+from ..files import files_sha256
+from ..metrics.needle import needle_score
+from ..models.base import StreamingLM
+from ..runs import Run, RunSettings, open_run
+from ..runs.memory import PeakMemory
+from ..scoring.generate import generate_branches
+from ..scoring.requests import bos_policy, chat_prompt, resolve_bos
+from ..scoring.sweep_plan import parse_lengths
+from ..tables import format_length
+from ..tasks.needle_haystack import book_files, default_books
+from ..tasks.needle_prompts import Encoder, build_prompts, draw_needles, haystack_words, load_needle_task, sample_rng
+from ..tasks.needle_results import needle_results
+from ..tasks.specs import parse_tasks
+
+DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
+DEFAULT_NEEDLE_LENGTHS = "4K,8K,16K,32K,64K,128K"
+SCHEDULES = ("auto", "shared", "naive")
+HEAD = 300  # characters of a prompt's start and end kept in the samples file
+
+
+@dataclass(kw_only=True)
+class NeedleSettings(RunSettings):
+    """Every flag of `megaeval needle`, defaults included (lengths and depths as integers once parsed)."""
+
+    tasks: str = "passkey"
+    lengths: str | list[int] = DEFAULT_NEEDLE_LENGTHS
+    depths: str | list[int] = DEFAULT_DEPTHS
+    samples_per_cell: int = 1
+    seed: int = 42  # RULER's default random_seed
+    max_new_tokens: int | None = None  # None: the task's own (passkey 10, RULER 128)
+    haystack: str | None = None  # folder of .txt books for RULER's essay haystack; None: the six Austen novels
+    chat_template: bool = False
+    bos: str = "auto"
+    schedule: str = "auto"  # auto: shared for state-carrying models, naive for fixed-context ones
+    out: str = "reports/needle.json"
+    samples: str | None = None
+    task_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.bos = bos_policy(self.bos)
+        self.lengths = parse_lengths(self.lengths)
+        self.depths = parse_depths(self.depths)
+        self.task_names = parse_tasks(self.tasks, "needle")
+        if self.samples_per_cell < 1:
+            raise fail(f"--samples-per-cell must be at least 1, got {self.samples_per_cell}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise fail(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
+        if self.schedule not in SCHEDULES:
+            raise fail(f"unknown --schedule {self.schedule!r}", f"use {', '.join(SCHEDULES)}")
+
+
+def parse_depths(text: str | list[int]) -> list[int]:
+    """Comma-separated needle depths in percent of the haystack (0 = its start, 100 = its end), sorted."""
+    items = text if isinstance(text, list) else [t for t in str(text).split(",") if t.strip()]
+    try:
+        depths = sorted({int(str(t).strip()) for t in items})
+    except ValueError:
+        raise fail(f"bad --depths {text!r}", f"write percentages from 0 to 100, e.g. {DEFAULT_DEPTHS}") from None
+    if not depths or depths[0] < 0 or depths[-1] > 100:
+        raise fail(f"bad --depths {text!r}: depths are percentages from 0 to 100", f"e.g. --depths {DEFAULT_DEPTHS}")
+    return depths
+
+
+def run_needle(settings: NeedleSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
+    """Run the needle grid for every task; write and return the report (rank 0; None on the other ranks)."""
+    specs = {name: load_needle_task(name) for name in settings.task_names}
+    max_new = {name: settings.max_new_tokens or spec["max_new_tokens"] for name, spec in specs.items()}
+    words = {name: haystack_words(spec, settings.haystack) for name, spec in specs.items()}
+    data = _data(settings, specs)
+
+    def check(lm: StreamingLM) -> dict[str, Any]:
+        longest = max(settings.lengths)
+        if lm.max_context is not None and longest > lm.max_context:
+            raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
+                       f"{format_length(longest)} ({longest:,})",
+                       f"use --lengths up to {lm.max_context:,} (--chunk-parallel spreads a long KV cache over ranks, "
+                       "but a model cannot read past its max_context)")  # fmt: skip
+        if settings.chat_template:
+            chat_prompt(lm, "")  # refuses a tokenizer without a chat template now
+        return {"bos_effective": _bos(lm, settings)}
+
+    reads = [settings.haystack] if any(words.values()) else []
+    with open_run("needle", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
+                  on_unit=on_unit) as run:  # fmt: skip
+        return _evaluate(run, settings, specs, max_new, words, data)
+
+
+def _bos(lm: StreamingLM, settings: NeedleSettings) -> bool:
+    """BOS under the policy; with --chat-template, auto leaves BOS to the template (it writes its own)."""
+    if settings.chat_template and settings.bos == "auto":
+        return False
+    return resolve_bos(lm, settings.bos)
+
+
+def prompt_encoder(lm: StreamingLM, bos: bool, chat: bool) -> Encoder:
+    """How a task text and answer prefix become the ids the model reads: BOS (under the policy), the text (as one
+    user turn with `chat`), then the answer prefix after it (RULER puts it after the model's template)."""
+    start = np.asarray([lm.tokenizer.bos_id] if bos else [], dtype=np.int32)
+    # a tokenizer that gives an array builds no Python int per token (a 1M-token prompt would leave ~40 MB of them)
+    to_array = getattr(lm.tokenizer, "encode_array", None) or (lambda t: np.asarray(lm.tokenizer.encode(t), np.int32))
+
+    def encode(text: str, answer_prefix: str) -> tuple[np.ndarray, str, int]:
+        whole = chat_prompt(lm, text) if chat else text
+        at = whole.find(text) if chat else 0
+        whole += answer_prefix
+        return np.concatenate([start, to_array(whole)]).astype(np.int32), whole, max(at, 0)
+
+    return encode
+
+
+def _evaluate(
+    run: Run, settings: NeedleSettings, specs: dict[str, dict], max_new: dict[str, int], words: dict, data: dict
+) -> dict[str, Any] | None:
+    lm = run.lm
+    bos = _bos(lm, settings)
+    encode = prompt_encoder(lm, bos, settings.chat_template)
+    shared = settings.schedule == "shared" or (settings.schedule == "auto" and lm.max_context is None)
+    meter = PeakMemory(lm.device)
+
+    def compute(unit: tuple[str, int, int]) -> dict[str, Any]:
+        task, length, sample = unit
+        spec = specs[task]
+        needles = draw_needles(spec, sample_rng(settings.seed, task, length, sample))
+        prompts = build_prompts(spec, needles, length, settings.depths, max_new[task], encode, words[task])
+        state_bytes = 0
+
+        def after_prompt(state: Any) -> None:
+            nonlocal state_bytes
+            state_bytes = max(state_bytes, state.nbytes())
+
+        meter.reset()
+        answers, read = generate_branches(lm, [p.ids for p in prompts], lm.init_state(1), max_new[task], [],
+                                          shared, after_prompt)  # fmt: skip
+        peak = group_max(run.ctx.chunk, meter.peak())
+        rows = []
+        for p, gen in zip(prompts, answers, strict=True):
+            offset = int(bos) + len(lm.tokenizer.encode(p.text[: p.needle_char]))  # as RULER counts it
+            rows.append({
+                "task": task, "length": length, "depth": p.depth, "sample": sample, "prompt_tokens": len(p.ids),
+                "needle_token_offset": offset, "haystack_units": p.haystack_units, "answer": p.answers,
+                "prediction": gen.text, "score": needle_score(spec["metric"], gen.text, p.answers),
+                "stop_reason": gen.stop_reason, "generated_tokens": len(gen.tokens),
+                "prompt_head": p.text[:HEAD], "prompt_tail": p.text[-HEAD:],
+            })  # fmt: skip
+        naive = sum(len(p.ids) for p in prompts)
+        return {"prompts": rows, "tokens_read": read, "tokens_naive": naive,
+                "peak_memory_bytes": peak, "state_bytes": group_max(run.ctx.chunk, state_bytes)}  # fmt: skip
+
+    units = [(task, length, sample) for task in specs for length in settings.lengths
+             for sample in range(settings.samples_per_cell)]  # fmt: skip
+    records = run.map(units, key=list, compute=compute, unit_name="tokens",
+                      weight=lambda u: u[1] * len(settings.depths),
+                      describe=lambda u: f"{u[0][:8]} {format_length(u[1])}")  # fmt: skip
+    if records is None:
+        return None  # not rank 0
+    for unit, record in zip(units, records, strict=True):
+        record.update(task=unit[0], length=unit[1])
+    results = needle_results(records, specs, settings.lengths, settings.depths)
+    for name in specs:
+        results[name].update(max_new_tokens=max_new[name], peak_memory_method=meter.method)
+    samples = [row for r in records for row in r["prompts"]]
+    effective = {"bos_effective": bos, "schedule_effective": "shared" if shared else "naive",
+                 "max_new_tokens_effective": max_new}  # fmt: skip
+    return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
+
+
+def _data(settings: NeedleSettings, specs: dict[str, dict]) -> dict[str, Any]:
+    """What the prompts are made of: the haystack books (with checksums) when a task reads them, and the task
+    files' sources."""
+    data: dict[str, Any] = {"tasks": {name: {"kind": s["kind"], "metric": s["metric"], "haystack": s.get("haystack",
+                            "filler")} for name, s in specs.items()}}  # fmt: skip
+    if any(s["kind"] == "ruler_niah" and s["haystack"] == "essay" for s in specs.values()):
+        folder = Path(settings.haystack) if settings.haystack else default_books()
+        books = book_files(folder)
+        data["haystack"] = {"path": str(folder), "books": [p.name for p in books], "sha256": files_sha256(books)}
+    return data
+
+
+def needle_summary(report: dict[str, Any]) -> str:
+    """The per-task accuracy, by length, of a needle report (what the command prints)."""
+    from .report import needle_tables
+
+    return needle_tables([report], ["accuracy"])
