@@ -597,6 +597,8 @@ SMODEL = ("scrolls --model {ckpt} --tasks qmsum --data-dir {sdata} --limit 1 --m
           "--samples {samples} --no-progress")  # fmt: skip
 ACAD = ("academic --model {ckpt} --tasks arc_easy --data-dir {adata} --limit 2 --out {out} --samples {samples} "
         "--no-progress")  # fmt: skip
+NEEDLE = ("needle --model {ckpt} --task niah_single_2 --lengths 512 --depths 0,100 --max-new-tokens 2 --out {out} "
+          "--samples {samples} --no-progress")  # fmt: skip
 PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)) * 8
 LATIN1 = "Le café était très animé. Émile arriva à l'heure.\n".encode("latin-1")
 
@@ -886,6 +888,17 @@ CASES = [
     Case("plot/out-under-a-file", "plot {ppl_report} --out {work}/file.txt/plot.png", r"file\.txt",
          make_file("file.txt", "x")),
     Case("plot/task-report", "plot {scrolls_report} --out {png}", r"scrolls"),
+    # ---- needle: impossible lengths and depths, a bad haystack
+    Case("needle/length-too-short-for-the-question", NEEDLE.replace("512", "64"), r"--lengths 64.*without haystack"),
+    Case("needle/depth-over-100", NEEDLE.replace("0,100", "0,150"), r"--depths"),
+    Case("needle/samples-per-cell-zero", NEEDLE + " --samples-per-cell 0", r"--samples-per-cell"),
+    Case("needle/unknown-task", NEEDLE.replace("niah_single_2", "niah_single_9"), r"niah_single_9"),
+    Case("needle/haystack-folder-missing", NEEDLE + " --haystack {work}/nobooks", r"--haystack .*nobooks"),
+    Case("needle/haystack-without-books", NEEDLE + " --haystack {work}", r"holds no \.txt books"),
+    Case("needle/haystack-latin1-book", NEEDLE + " --haystack {work}/books", r"not UTF-8",
+         lambda c: (c.work / "books").mkdir() or (c.work / "books" / "a.txt").write_bytes(LATIN1 * 50)),
+    Case("needle/length-past-max-context", NEEDLE.replace("{ckpt}", "embedded:transformer-tiny").replace("512", "1K"),
+         r"max_context 512.*--lengths"),
 ]
 # fmt: on
 

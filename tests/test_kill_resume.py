@@ -1,6 +1,6 @@
 """Kill -9 and resume, black box: an interrupted run, resumed, reports exactly what an uninterrupted run reports.
 
-For ppl-sweep, scrolls and academic (a tiny random MEGALODON, small data):
+For ppl-sweep, scrolls, academic and needle (a tiny random MEGALODON, small data):
 - the same command run twice from scratch gives the same numbers and the same samples file;
 - a run killed with SIGKILL at a seeded random point of its progress (read from its resume journal
   `OUT.partial.jsonl`: a fingerprint line, then one line per finished unit), then rerun with --resume
@@ -62,6 +62,11 @@ FAST = {
         "academic --model {ckpt} --data-dir {samples_dir} --tasks arc_easy,boolq --limit 3 "
         "--no-progress --out {out} --samples {samples}",
     ),
+    "needle": Job(
+        "needle",
+        "needle --model {ckpt} --task passkey,niah_single_2 --lengths 512,1K --depths 0,50,100 --samples-per-cell 2 "
+        "--max-new-tokens 4 --no-progress --out {out} --samples {samples}",
+    ),
 }
 FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum samples
     "ppl-sweep": Job(
@@ -74,6 +79,7 @@ FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum sample
         "--max-new-tokens 4 --no-progress --out {out} --samples {samples}",
     ),
     "academic": FAST["academic"],
+    "needle": FAST["needle"],
 }
 
 

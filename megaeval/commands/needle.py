@@ -156,8 +156,9 @@ def _evaluate(
         for p, gen in zip(prompts, answers, strict=True):
             offset = int(bos) + len(lm.tokenizer.encode(p.text[: p.needle_char]))  # as RULER counts it
             rows.append({
-                "task": task, "length": length, "depth": p.depth, "sample": sample, "prompt_tokens": len(p.ids),
-                "needle_token_offset": offset, "haystack_units": p.haystack_units, "answer": p.answers,
+                "task": task, "id": f"{length}/{p.depth}/{sample}", "length": length, "depth": p.depth,
+                "sample": sample, "prompt_tokens": len(p.ids), "needle_token_offset": offset,
+                "haystack_units": p.haystack_units, "answer": p.answers,
                 "prediction": gen.text, "score": needle_score(spec["metric"], gen.text, p.answers),
                 "stop_reason": gen.stop_reason, "generated_tokens": len(gen.tokens),
                 "prompt_head": p.text[:HEAD], "prompt_tail": p.text[-HEAD:],

@@ -179,3 +179,20 @@ def test_resume_after_killing_two_ranks_on_any_world_size(sweep_inputs, tmp_path
     resumed = megaeval(*args, "--resume")  # one process picks up what two ranks left
     assert resumed.returncode == 0, resumed.stderr
     assert numbers(tmp_path / "r.json") == numbers(tmp_path / "ref.json") and not journal.exists()
+
+
+def test_needle_on_two_ranks_equals_one_process_data_and_chunk_parallel(sweep_inputs, tmp_path):
+    ckpt, _ = sweep_inputs
+    args = ["needle", "--model", str(ckpt), "--task", "passkey,niah_multikey_2", "--lengths", "256,512", "--depths",
+            "0,60,100", "--samples-per-cell", "2", "--max-new-tokens", "5", "--dtype", "float64"]  # fmt: skip
+    one = megaeval(*args, "--out", str(tmp_path / "one.json"), "--samples", str(tmp_path / "one.jsonl"))
+    assert one.returncode == 0, one.stderr
+    two = megaeval(*args, "--out", str(tmp_path / "two.json"), "--samples", str(tmp_path / "two.jsonl"), ranks=2)
+    assert two.returncode == 0, two.stderr
+    assert numbers(tmp_path / "two.json") == numbers(tmp_path / "one.json")
+    assert (tmp_path / "two.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
+    cp = megaeval(*args, "--chunk-parallel", "2", "--out", str(tmp_path / "cp.json"), "--samples",
+                  str(tmp_path / "cp.jsonl"), ranks=2)  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert (tmp_path / "cp.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()  # the same greedy answers
+    assert numbers(tmp_path / "cp.json") == numbers(tmp_path / "one.json")
