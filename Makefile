@@ -35,6 +35,7 @@ DEMO_STREAM_HF := runs/demo/persuasion-hf
 DEMO_SWEEP := --lengths 256,512,1K,2K,4K,8K,16K --batch-size 8 --resume
 DEMO_REPORTS := reports/demo_megalodon.json reports/demo_rfa.json reports/demo_transformer.json reports/demo_mamba2.json
 SAMPLES := data_prep/samples
+DEMO_NEEDLE := --task passkey --lengths 512,1K,2K,4K --depths 0,25,50,75,100 --resume
 demo: setup
 	$(BIN)/megaeval info embedded:megalodon-tiny
 	$(BIN)/megaeval info embedded:rfa-tiny
@@ -60,6 +61,11 @@ demo: setup
 	@echo "      about 0: this step shows the SCROLLS pipeline end to end. Its perplexity above is the number that moves."
 	$(BIN)/megaeval academic --data-dir $(SAMPLES) --limit 10 \
 		--out reports/demo_academic.json --samples reports/demo_academic.jsonl --resume
+	$(BIN)/megaeval needle --model embedded:megalodon-tiny $(DEMO_NEEDLE) --out reports/demo_needle_megalodon.json
+	$(BIN)/megaeval needle --model embedded:mamba2-tiny $(DEMO_NEEDLE) --out reports/demo_needle_mamba2.json
+	$(BIN)/megaeval plot reports/demo_needle_megalodon.json reports/demo_needle_mamba2.json --out reports/demo_needle.png
+	@echo "note: 1.4M-parameter models cannot retrieve a passkey, so the heatmaps are all zeros: this step shows the"
+	@echo "      needle pipeline end to end (a model given the answer scores 1.0 in every cell: tests/test_needle.py)."
 
 lint: setup
 	$(BIN)/ruff check .

@@ -101,6 +101,44 @@ def test_ruler_multi_value_prompt_keeps_the_plural_template():
     assert text[at:].startswith("One of the special magic numbers for a-b is: 1111111.")
 
 
+SINGULAR = {"niah_single_1": "number", "niah_single_2": "number", "niah_single_3": "uuid",
+            "niah_multikey_1": "number", "niah_multikey_2": "number", "niah_multikey_3": "uuid"}  # fmt: skip
+
+
+@pytest.mark.parametrize("task", RULER_TASKS)
+def test_every_ruler_task_has_rulers_instruction_question_and_answer_prefix(task):
+    spec = load_needle_task(task)
+    needles = draw_needles(spec, sample_rng(7, task, 4096, 0))
+    words = haystack_words(spec, None)
+    text, _ = render(spec, needles, 120, 50, words)
+    _, prefix = ruler_question(spec, needles)
+    first, last = text.split("\n")[0], text.split("\n")[-1]
+    q = needles.query
+    if task in SINGULAR:  # one value asked: RULER's singular rewrite
+        kind = SINGULAR[task]
+        assert first == (f"A special magic {kind} is hidden within the following text. Make sure to memorize it. "
+                         f"I will quiz you about the {kind} afterwards.")  # fmt: skip
+        assert last == f"What is the special magic {kind} for {q} mentioned in the provided text?"
+        assert prefix == f" The special magic {kind} for {q} mentioned in the provided text is"
+    else:
+        assert first == ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+                         "I will quiz you about the numbers afterwards.")  # fmt: skip
+        assert last == f"What are all the special magic numbers for {q} mentioned in the provided text?"
+        assert prefix == f" The special magic numbers for {q} mentioned in the provided text are"
+    plural = "uuids" if task == "niah_multikey_3" or task == "niah_single_3" else "numbers"
+    for needle in needles.needles:
+        assert needle.startswith(f"One of the special magic {plural} for ") and needle in text
+    assert all(any(n.endswith(f" is: {a}.") for n in needles.needles) for a in needles.answers)
+    haystack = {"niah_single_1": "noise", "niah_multikey_2": "needle", "niah_multikey_3": "needle"}.get(task, "essay")
+    body = text.split("\n", 1)[1].rsplit("\n", 1)[0]
+    if haystack == "noise":
+        assert set(body.split("\n")) == {FILLER, needles.needles[0]}
+    elif haystack == "needle":
+        assert all(line.startswith(f"One of the special magic {plural} for ") for line in body.split("\n"))
+    else:
+        assert "Emma Woodhouse, handsome, clever, and rich" in body  # the books, from the first words on
+
+
 @pytest.mark.parametrize("task", RULER_TASKS)
 def test_ruler_draws_match_the_task_files(task):
     spec = load_needle_task(task)
@@ -180,12 +218,12 @@ def test_the_needle_sits_within_one_sentence_of_the_asked_depth(task, depth):
     template_head = text.index("\n") + 1  # the instruction line
     before, after = text[template_head:at], text[at + len(needles.needles[0]) :]
     others = [n for n in needles.needles[1:]]
-    count = lambda s: (
-        len(split_sentences(s))
-        if spec.get("haystack") == "essay" or spec["kind"] == "passkey"
-        # noqa: E731
-        else (len([line for line in s.split("\n") if line.strip()]))
-    )
+
+    def count(s: str) -> int:  # haystack sentences (books, filler) or lines (noise, distractor needles)
+        if spec.get("haystack") == "essay" or spec["kind"] == "passkey":
+            return len(split_sentences(s))
+        return len([line for line in s.split("\n") if line.strip()])
+
     n_before = count(before) - sum(before.count(n) for n in others)
     n_after = count(after.rsplit("\n", 1)[0]) - sum(after.count(n) for n in others)
     if spec["kind"] == "passkey":

@@ -199,6 +199,7 @@ def _data(settings: NeedleSettings, specs: dict[str, dict]) -> dict[str, Any]:
 
 def needle_summary(report: dict[str, Any]) -> str:
     """The per-task accuracy, by length, of a needle report (what the command prints)."""
+    from ..tables import report_label
     from .report import needle_tables
 
-    return needle_tables([report], ["accuracy"])
+    return needle_tables([report], [report_label(report, "needle")])

@@ -111,6 +111,7 @@ def book_words(folder: str) -> tuple[str, ...]:
     return words
 
 
+@functools.lru_cache(maxsize=4)  # one haystack serves every depth of a sample
 def essay_sentences(words: tuple[str, ...], count: int) -> list[str]:
     """RULER's essay haystack of `count` words: the first `count` words (the books repeated as needed), joined and
     split into sentences."""

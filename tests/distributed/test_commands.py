@@ -196,3 +196,19 @@ def test_needle_on_two_ranks_equals_one_process_data_and_chunk_parallel(sweep_in
     assert cp.returncode == 0, cp.stderr
     assert (tmp_path / "cp.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()  # the same greedy answers
     assert numbers(tmp_path / "cp.json") == numbers(tmp_path / "one.json")
+
+
+def test_needle_transformer_sharing_each_prompt_over_two_ranks_equals_one_process(tmp_path):
+    args = ["needle", "--model", "embedded:transformer-tiny", "--task", "passkey", "--lengths", "256,512",
+            "--depths", "0,100", "--max-new-tokens", "4", "--dtype", "float64"]  # fmt: skip
+    one = megaeval(*args, "--out", str(tmp_path / "one.json"), "--samples", str(tmp_path / "one.jsonl"))
+    assert one.returncode == 0, one.stderr
+    cp = megaeval(*args, "--chunk-parallel", "2", "--out", str(tmp_path / "cp.json"), "--samples",
+                  str(tmp_path / "cp.jsonl"), ranks=2)  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    assert (tmp_path / "cp.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
+    one_lengths, cp_lengths = numbers(tmp_path / "one.json")["passkey"]["lengths"], numbers(tmp_path / "cp.json")[
+        "passkey"]["lengths"]  # fmt: skip
+    for a, b in zip(one_lengths, cp_lengths, strict=True):
+        assert b["state_bytes"] < a["state_bytes"]  # each rank holds a slice of the KV cache
+        assert {k: v for k, v in a.items() if k != "state_bytes"} == {k: v for k, v in b.items() if k != "state_bytes"}
