@@ -5,8 +5,13 @@ time, the peak memory the report measured while the model read and answered (pro
 peak on CUDA), the state size, and the tokens read against a naive run's. Targets: peak memory of the longest
 length <= 1.1x the shortest's (flat); tokens read <= 0.6x naive with 11 depths.
 
+On CPU the process RSS also holds what glibc's heap keeps after large frees (its mmap threshold rises after the
+first large free, so later large blocks come from a heap that fragments): a few percent more at longer lengths.
+`--mmap-threshold 65536` sets MALLOC_MMAP_THRESHOLD_ in the runs, so every large block is returned when freed and
+the peak shows the model's own memory (about 2x slower on CPU: a measurement setting, not a default).
+
     python bench/needle.py [--model embedded:megalodon-tiny] [--lengths 4K,16K,64K,256K] [--depths 0,50,100]
-                           [--task passkey] [--device cpu]
+                           [--task passkey] [--device cpu] [--mmap-threshold BYTES]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ def main() -> None:
     parser.add_argument("--depths", default="0,10,20,30,40,50,60,70,80,90,100")
     parser.add_argument("--task", default="passkey")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--mmap-threshold", type=int, default=None, help="MALLOC_MMAP_THRESHOLD_ for the runs")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -37,11 +43,15 @@ def main() -> None:
                    "--lengths", length, "--depths", args.depths, "--device", args.device, "--out", str(out),
                    "--no-progress"]  # fmt: skip
             start = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+            env = {**os.environ, "OMP_NUM_THREADS": "2"}
+            if args.mmap_threshold is not None:
+                env["MALLOC_MMAP_THRESHOLD_"] = str(args.mmap_threshold)
+            subprocess.run(cmd, check=True, capture_output=True, env=env)
             seconds = time.perf_counter() - start
             row = json.loads(out.read_text())["results"][args.task]["lengths"][0]
             rows.append((length, seconds, row))
-    print(f"model {args.model}, task {args.task}, depths {args.depths}, device {args.device}")
+    threshold = f", MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}" if args.mmap_threshold is not None else ""
+    print(f"model {args.model}, task {args.task}, depths {args.depths}, device {args.device}{threshold}")
     print(f"{'length':>7} {'seconds':>8} {'tok/s':>8} {'peak MiB':>9} {'state KiB':>9} {'read':>10} {'naive':>10}")
     for length, seconds, row in rows:
         print(f"{length:>7} {seconds:8.1f} {row['tokens_read'] / seconds:8.0f} {row['peak_memory_bytes'] / 2**20:9.1f} "

@@ -386,3 +386,23 @@ def test_report_prints_a_depth_by_length_table_and_plot_draws_heatmaps(tmp_path)
     result = runner.invoke(app, ["plot", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(png)])
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_the_haystack_search_finds_the_largest_fitting_size_as_a_scan_does():
+    from megaeval.tasks.needle_prompts import _largest_fitting
+
+    rng = Random(0)
+    for _ in range(200):
+        steps = [rng.choice([0, 1, 1, 2, 3, 9]) for _ in range(3000)]  # tokens per unit: uneven, sometimes none
+        totals = np.cumsum([rng.randint(0, 50)] + steps).tolist()
+        budget = rng.randint(0, totals[-1] + 5)
+        calls = []
+
+        def tokens(n, totals=totals, calls=calls):
+            calls.append(n)
+            return totals[min(n, len(totals) - 1)] + max(0, n - len(totals) + 1) * 3
+
+        expected = max((n for n in range(len(totals) + 50) if tokens(n) <= budget), default=-1)
+        calls.clear()
+        assert _largest_fitting(tokens, budget) == expected
+        assert len(calls) <= 60

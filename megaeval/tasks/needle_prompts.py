@@ -189,6 +189,7 @@ def _largest_fitting(tokens: Callable[[int], int], budget: int) -> int:
     """The largest n >= 0 with tokens(n) <= budget (-1 if even 0 does not fit); tokens(n) grows about linearly, so
     interpolation finds it in a few calls (bisection takes over if it does not)."""
     low, t_low = 0, tokens(0)
+    t_zero = t_low
     if t_low > budget:
         return -1
     probe, t_probe = 64, tokens(64)
@@ -197,7 +198,7 @@ def _largest_fitting(tokens: Callable[[int], int], budget: int) -> int:
         high, t_high = probe, t_probe
     else:
         low, t_low = probe, t_probe
-    rate = max((t_probe - tokens(0)) / 64, 1e-3)
+    rate = max((t_probe - t_zero) / 64, 1e-3)
     for step in range(200):
         if high is not None and high - low <= 1:
             return low
