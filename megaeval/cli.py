@@ -167,6 +167,9 @@ def scrolls(
     truncation: Annotated[
         str, typer.Option(help="Fixed-context models: drop document tokens from the middle, left or right.")
     ] = "middle",
+    batch_size: Annotated[str, typer.Option(help="Examples answered together: auto or N (results do not change).")] = (
+        "auto"
+    ),
     bos: BosOpt = "auto",
     no_bos: NoBosOpt = False,
     device: DeviceOpt = "cpu",
@@ -193,7 +196,7 @@ def scrolls(
     settings = ScrollsSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, data_dir=data_dir, split=split,
         limit=limit, shots=shots, seed=seed, template=template, max_new_tokens=max_new_tokens,
-        stop=None if stop is None else [unescape(s) for s in stop], truncation=truncation,
+        stop=None if stop is None else [unescape(s) for s in stop], truncation=truncation, batch_size=batch_size,
         bos=bos_flag(bos, no_bos), device=device, dtype=dtype, kernels=kernels, predictions=predictions,
         allow_partial=allow_partial, out=out, samples=samples, resume=resume, chunk_parallel=chunk_parallel,
         dist_timeout=dist_timeout,
@@ -228,6 +231,9 @@ def academic(
         typer.Option(help="Local data: DIR/<task>/<split>.jsonl|.parquet|.csv in the hub schema; default: the hub."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random few-shot sampler (lm-evaluation-harness's).")] = 1234,
+    batch_size: Annotated[str, typer.Option(help="Documents answered together: auto or N (results do not change).")] = (
+        "auto"
+    ),
     bos: BosOpt = "auto",
     no_bos: NoBosOpt = False,
     device: DeviceOpt = "cpu",
@@ -249,8 +255,9 @@ def academic(
 
     settings = AcademicSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, shots=shots, limit=limit,
-        data_dir=data_dir, seed=seed, bos=bos_flag(bos, no_bos), device=device, dtype=dtype, kernels=kernels, out=out,
-        samples=samples, resume=resume, chunk_parallel=chunk_parallel, dist_timeout=dist_timeout,
+        data_dir=data_dir, seed=seed, batch_size=batch_size, bos=bos_flag(bos, no_bos), device=device, dtype=dtype,
+        kernels=kernels, out=out, samples=samples, resume=resume, chunk_parallel=chunk_parallel,
+        dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_academic(settings, progress=progress)
     if report is None:  # a rank other than 0: rank 0 reports
@@ -293,6 +300,9 @@ def needle(
     schedule: Annotated[
         str, typer.Option(help="auto (shared for state-carrying models, naive otherwise), shared or naive.")
     ] = "auto",
+    batch_size: Annotated[
+        str, typer.Option(help="Prompts decoded together: auto (8 on CPU, 32 on GPU; fewer for long KV caches) or N.")
+    ] = "auto",
     bos: BosOpt = "auto",
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "float32",
@@ -311,8 +321,9 @@ def needle(
     settings = NeedleSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, lengths=lengths, depths=depths,
         samples_per_cell=samples_per_cell, seed=seed, max_new_tokens=max_new_tokens, haystack=haystack,
-        chat_template=chat_template, schedule=schedule, bos=bos, device=device, dtype=dtype, kernels=kernels,
-        chunk_parallel=chunk_parallel, dist_timeout=dist_timeout, out=out, samples=samples, resume=resume,
+        chat_template=chat_template, schedule=schedule, batch_size=batch_size, bos=bos, device=device, dtype=dtype,
+        kernels=kernels, chunk_parallel=chunk_parallel, dist_timeout=dist_timeout, out=out, samples=samples,
+        resume=resume,
     )  # fmt: skip
     report = run_needle(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)

@@ -47,7 +47,7 @@ from .distributed import DistContext, detect_launch, init_distributed
 from .errors import MegaevalError, fail
 from .models import StreamingLM, load_model
 from .scoring.finite import require_finite
-from .scoring.generate import greedy_generate, prefill
+from .scoring.generate import decode_rows, parse_batch_size, prefill, rows_per_batch
 from .scoring.requests import bos_policy, bos_prefix, score_requests, truncate_prompt
 from .scoring.windows import parse_window_policy, score_windows
 
@@ -110,9 +110,15 @@ def rolling_harness(lm: StreamingLM, tokens: list[int], prefix: int, max_length:
 
 def generate(lm: StreamingLM, ids: list[int], until: list[str], max_gen_toks: int) -> str:
     """Greedy continuation of `ids` on the carried state, cut at the first `until` string (or EOS)."""
-    ids, _ = truncate_prompt(ids, lm.max_context, max_gen_toks)  # as the harness truncates
-    logits, state = prefill(lm, ids, lm.init_state(1))
-    return greedy_generate(lm, logits, state, max_gen_toks, until).text
+    return generate_many(lm, [ids], until, max_gen_toks)[0]
+
+
+def generate_many(lm: StreamingLM, prompts: list[list[int]], until: list[str], max_gen_toks: int,
+                  batch_size: int = 1) -> list[str]:  # fmt: skip
+    """`generate` for several prompts, decoded `batch_size` at a time (each gets what it gets alone)."""
+    kept = [truncate_prompt(ids, lm.max_context, max_gen_toks)[0] for ids in prompts]  # as the harness truncates
+    rows = (prefill(lm, ids, lm.init_state(1)) for ids in kept)
+    return [g.text for g in decode_rows(lm, rows, max_gen_toks, until, batch_size)]
 
 
 def _device(device: str | None) -> str:
@@ -173,7 +179,7 @@ class MegaevalLM(TemplateLM):
         self.model = load_model(str(pretrained), device=_join(_device(device)), dtype=dtype, **options)
         self._device = self.model.device
         self.bos_tokens = bos_prefix(self.model, self.bos)  # the same rule as `megaeval academic --bos`
-        self.batch_size, self.max_batch_size = batch_size, max_batch_size  # accepted; requests go one context at a time
+        self.batch_size, self.max_batch_size = batch_size, max_batch_size  # generation decodes this many together
         self._max_length = int(max_length or self.model.max_context or DEFAULT_MAX_LENGTH)
         if self.model.max_context is not None and self._max_length > self.model.max_context:
             raise fail(f"max_length {self._max_length} exceeds the model's max_context {self.model.max_context}")
@@ -276,9 +282,10 @@ class MegaevalLM(TemplateLM):
         return out
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
-        """Greedy generation on the carried state until a stop string, EOS or max_gen_toks."""
-        out = []
-        for request in tqdm(requests, desc="megaeval generate", disable=disable_tqdm or self.rank != 0):
+        """Greedy generation on the carried state until a stop string, EOS or max_gen_toks; consecutive requests
+        with the same stops and length are decoded together (`batch_size`: the harness's, auto by default)."""
+        asked = []
+        for request in requests:
             context, gen_kwargs = request.args
             kwargs = dict(gen_kwargs or {})
             if kwargs.get("do_sample") or float(kwargs.get("temperature") or 0) > 0:
@@ -286,10 +293,27 @@ class MegaevalLM(TemplateLM):
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
             ids = self.bos_tokens + self.tok_encode(context) if context else [self.prefix_token_id]
-            text = generate(self.model, ids, until, int(kwargs.get("max_gen_toks", self.max_gen_toks)))
-            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
-            out.append(text)
+            asked.append((ids, until, int(kwargs.get("max_gen_toks", self.max_gen_toks))))
+        size = rows_per_batch(self.model, self._rows(), self.model.max_context or DEFAULT_MAX_LENGTH)
+        out: list[str] = []
+        bar = tqdm(total=len(asked), desc="megaeval generate", disable=disable_tqdm or self.rank != 0)
+        start = 0
+        while start < len(asked):
+            end = start + 1
+            while end < len(asked) and end - start < 64 and asked[end][1:] == asked[start][1:]:
+                end += 1
+            out += generate_many(self.model, [a[0] for a in asked[start:end]], *asked[start][1:], batch_size=size)
+            bar.update(end - start)
+            start = end
+        bar.close()
+        for request, text in zip(requests, out, strict=True):
+            self.cache_hook.add_partial("generate_until", request.args, text)
         return out
+
+    def _rows(self) -> str | int:
+        """The harness's batch_size as megaeval's: a number, or auto (also for the harness's auto:N)."""
+        text = str(self.batch_size if self.batch_size is not None else "auto")
+        return "auto" if text.startswith("auto") else parse_batch_size(text)
 
 
 def register() -> type[MegaevalLM]:

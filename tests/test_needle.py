@@ -263,6 +263,7 @@ def test_depths_parse_and_refuse():
 
 
 def settings(tmp_path, model, **kw) -> NeedleSettings:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     base = dict(model=str(model), tasks="all", lengths="1K,2K", depths="0,50,100", samples_per_cell=2,
                 max_new_tokens=120, out=str(tmp_path / "r.json"), samples=str(tmp_path / "s.jsonl"))  # fmt: skip
     return NeedleSettings(**{**base, **kw})
@@ -406,3 +407,17 @@ def test_the_haystack_search_finds_the_largest_fitting_size_as_a_scan_does():
         calls.clear()
         assert _largest_fitting(tokens, budget) == expected
         assert len(calls) <= 60
+
+
+@pytest.mark.parametrize("model", ["embedded:mamba2-tiny", "embedded:transformer-tiny"])
+def test_batch_size_one_and_auto_give_identical_reports(tmp_path, model):
+    common = dict(tasks="passkey,niah_single_3", lengths="256,512", depths="0,30,60,100", samples_per_cell=2,
+                  max_new_tokens=16)  # fmt: skip
+    one = run_needle(settings(tmp_path / "one", model, batch_size=1, **common), progress=False)
+    auto = run_needle(settings(tmp_path / "auto", model, **common), progress=False)
+    assert (tmp_path / "one" / "s.jsonl").read_text() == (tmp_path / "auto" / "s.jsonl").read_text()
+    strip = lambda r: {t: {k: v for k, v in res.items() if k != "peak_memory_bytes" and k != "cells" and k != "lengths"}  # noqa: E731
+                       for t, res in r["results"].items() if isinstance(res, dict)}  # fmt: skip
+    assert strip(one) == strip(auto)
+    assert one["settings"]["batch_size_effective"] == {256: 1, 512: 1}
+    assert auto["settings"]["batch_size_effective"] == {256: 8, 512: 8}  # CPU: 8 rows (a KV cache of 512 is small)

@@ -24,12 +24,13 @@ the sentencepiece Llama-style families (MEGALODON, RFA). The effective choice is
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import fail
 from ..runs import Run, RunSettings, open_run
+from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, resolve_bos
-from ..tasks.academic_evaluate import FewshotCache, evaluate_choices, evaluate_generation
+from ..tasks.academic_evaluate import FewshotCache, evaluate_choices, evaluate_generation, evaluate_generations
 from ..tasks.academic_prepare import prepare_academic_task
 from ..tasks.academic_results import academic_results
 from ..tasks.data import data_folders
@@ -48,11 +49,15 @@ class AcademicSettings(RunSettings):
     data_dir: str | None = None
     seed: int = DEFAULT_SEED
     bos: str = "auto"  # auto, always or never (True / False are taken as always / never)
+    batch_size: str | int = "auto"  # documents answered together (generation tasks); results do not depend on it
     out: str = "reports/academic.json"
     samples: str | None = None
 
+    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "batch_size")  # never changes a number
+
     def __post_init__(self) -> None:
         self.bos = bos_policy(self.bos)
+        self.batch_size = parse_batch_size(self.batch_size)
 
 
 def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
@@ -92,12 +97,30 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) 
         record["exemplar_ids"] = p.exemplar_ids[k]
         return record
 
+    def compute_batch(batch: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        """Documents in order: generation documents of a task answered together, the others one by one."""
+        records: list[dict[str, Any] | None] = [None] * len(batch)
+        for task in dict.fromkeys(t for t, _ in batch):
+            p = prepared[task]
+            mine = [j for j, (t, _) in enumerate(batch) if t == task]
+            if p.spec["output"] != "generate_until":
+                for j in mine:
+                    records[j] = compute(batch[j])
+                continue
+            docs = [p.docs[batch[j][1]] for j in mine]
+            for j, got in zip(mine, evaluate_generations(run.lm, p, docs, bos, size), strict=True):
+                k = batch[j][1]
+                records[j] = {"task": task, "doc_id": p.docs[k].doc_id, **got, "exemplar_ids": p.exemplar_ids[k]}
+        return records  # type: ignore[return-value]
+
+    size = rows_per_batch(run.lm, settings.batch_size, run.lm.max_context or 4096)
     units = [(task, k) for task, p in prepared.items() for k in range(len(p.docs))]
     records = run.map(units, key=lambda u: [u[0], prepared[u[0]].docs[u[1]].doc_id], compute=compute,
-                      unit_name="documents", describe=lambda u: u[0], contiguous=True)  # fmt: skip
+                      unit_name="documents", describe=lambda u: u[0], contiguous=True, batch=size,
+                      compute_batch=compute_batch)  # fmt: skip
     if records is None:
         return None  # not rank 0
     results = academic_results(prepared, records)
     per_task = {t: {**p.chosen, "bos": bos} for t, p in prepared.items()}
-    recorded = {**asdict(settings), "bos_effective": bos, "per_task": per_task}
+    recorded = {**asdict(settings), "bos_effective": bos, "batch_size_effective": size, "per_task": per_task}
     return run.finish(recorded, data, results, samples=records)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ..metrics.needle import needle_score
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
-from ..scoring.generate import generate_branches
+from ..scoring.generate import generate_branches, parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, chat_prompt, resolve_bos
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
@@ -52,12 +52,16 @@ class NeedleSettings(RunSettings):
     chat_template: bool = False
     bos: str = "auto"
     schedule: str = "auto"  # auto: shared for state-carrying models, naive for fixed-context ones
+    batch_size: str | int = "auto"  # prompts decoded together (see `batch_size_for`); results do not depend on it
     out: str = "reports/needle.json"
     samples: str | None = None
     task_names: list[str] = field(default_factory=list)
 
+    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "batch_size")  # never changes a number
+
     def __post_init__(self) -> None:
         self.bos = bos_policy(self.bos)
+        self.batch_size = parse_batch_size(self.batch_size)
         self.lengths = parse_lengths(self.lengths)
         self.depths = parse_depths(self.depths)
         self.task_names = parse_tasks(self.tasks, "needle")
@@ -149,8 +153,9 @@ def _evaluate(
             state_bytes = max(state_bytes, state.nbytes())
 
         meter.reset()
+        rows_together = rows_per_batch(lm, settings.batch_size, length)
         answers, read = generate_branches(lm, [p.ids for p in prompts], lm.init_state(1), max_new[task], [],
-                                          shared, after_prompt)  # fmt: skip
+                                          shared, after_prompt, rows_together)  # fmt: skip
         peak = group_max(run.ctx.chunk, meter.peak())
         rows = []
         for p, gen in zip(prompts, answers, strict=True):
@@ -180,8 +185,9 @@ def _evaluate(
     for name in specs:
         results[name].update(max_new_tokens=max_new[name], peak_memory_method=meter.method)
     samples = [row for r in records for row in r["prompts"]]
+    batch = {n: rows_per_batch(lm, settings.batch_size, n) for n in settings.lengths}
     effective = {"bos_effective": bos, "schedule_effective": "shared" if shared else "naive",
-                 "max_new_tokens_effective": max_new}  # fmt: skip
+                 "max_new_tokens_effective": max_new, "batch_size_effective": batch}  # fmt: skip
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
 
 

@@ -18,9 +18,10 @@ Examples and prompts: `tasks.scrolls_docs`; choices, examples and exemplars, rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..distributed import group_max
 from ..errors import fail
@@ -30,11 +31,12 @@ from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.report import build_report, environment
 from ..runs.run import check_run_outputs
+from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.loglik import read_prefix
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.data import data_folders
 from ..tasks.scrolls_docs import TRUNCATIONS, Example
-from ..tasks.scrolls_evaluate import evaluate_example, fit_prefix
+from ..tasks.scrolls_evaluate import evaluate_example, evaluate_examples, fit_prefix
 from ..tasks.scrolls_prepare import ScrollsTask, prepare_scrolls_task
 from ..tasks.scrolls_results import prediction_results, scrolls_results
 from ..tasks.specs import parse_tasks
@@ -61,11 +63,15 @@ class ScrollsSettings(RunSettings):
     bos: str = "auto"  # auto, always or never (True / False are taken as always / never)
     predictions: str | None = None
     allow_partial: bool = False
+    batch_size: str | int = "auto"  # examples answered together; results do not depend on it
     out: str = "reports/scrolls.json"
     samples: str | None = None
 
+    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "batch_size")  # never changes a number
+
     def __post_init__(self) -> None:
         self.bos = bos_policy(self.bos)
+        self.batch_size = parse_batch_size(self.batch_size)
 
 
 def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
@@ -119,9 +125,28 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: dict[str, ScrollsTask]
                                   after_prompt)  # fmt: skip
         return {**record, MEMORY: group_max(run.ctx.chunk, meter.peak()), STATE: measured[STATE]}
 
+    def measure(sizes: list[int]) -> Callable[[State], None]:  # each prompt's state size (a group: its largest)
+        return lambda state: sizes.append(group_max(run.ctx.chunk, state.nbytes()))
+
+    def compute_batch(batch: list[tuple[str, Example]]) -> list[dict[str, Any]]:
+        """Examples in order, those of one task answered together; each gets its batch's peak memory."""
+        records: list[dict[str, Any]] = []
+        for name in dict.fromkeys(n for n, _ in batch):
+            if name not in prefixes:
+                prefixes[name] = read_prefix(lm, fits[name].ids).state
+            examples = [example for n, example in batch if n == name]
+            sizes: list[int] = []
+            meter.reset()
+            answered = evaluate_examples(lm, tasks[name], fits[name], prefixes[name], examples, settings.truncation,
+                                         measure(sizes), size)  # fmt: skip
+            peak = group_max(run.ctx.chunk, meter.peak())
+            records += [{**r, MEMORY: peak, STATE: b} for r, b in zip(answered, sizes, strict=True)]
+        return records
+
+    size = rows_per_batch(lm, settings.batch_size, lm.max_context or 4096)
     units = [(name, example) for name, task in tasks.items() for example in task.examples]
     records = run.map(units, key=lambda u: [u[0], u[1].id], compute=compute, unit_name="examples",
-                      describe=lambda u: u[0])  # fmt: skip
+                      describe=lambda u: u[0], batch=size, compute_batch=compute_batch)  # fmt: skip
     if records is None:
         return None  # not rank 0
     results = scrolls_results(tasks, records)
@@ -131,8 +156,8 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: dict[str, ScrollsTask]
         results[name]["peak_memory_method"] = meter.method
     samples = [{k: v for k, v in r.items() if k not in MEASURED} for r in records]  # no measurements
     per_task = {name: {**task.chosen, "context_fit": fits[name].facts} for name, task in tasks.items()}
-    return run.finish({**asdict(settings), "bos_effective": bos, "per_task": per_task}, data, results,
-                      samples=samples)  # fmt: skip
+    recorded = {**asdict(settings), "bos_effective": bos, "batch_size_effective": size, "per_task": per_task}
+    return run.finish(recorded, data, results, samples=samples)
 
 
 def _score_predictions(settings: ScrollsSettings, tasks: dict[str, ScrollsTask], data: dict) -> dict[str, Any]:

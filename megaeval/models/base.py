@@ -34,6 +34,10 @@ class State(Protocol):
     every example). `repeat(n)`: a new state for B * n sequences, row i * n + j a copy of row i (every choice
     of a question continues the question's state in one batched call); this state is left as it was.
     `nbytes()`: the bytes of the tensors it holds (counters and positions not counted), as reports show them.
+
+    Rows at different positions (optional, see `can_stack`): `type(state).stack([s1, s2, ...])` is one batch of
+    the rows of several states, each row keeping its own tokens and position, and `state.select(rows)` keeps some
+    rows (finished generations dropped); a model call on such a batch gives each row what it would get alone.
     """
 
     def clone(self) -> State: ...
@@ -41,6 +45,16 @@ class State(Protocol):
     def repeat(self, n: int) -> State: ...
 
     def nbytes(self) -> int: ...
+
+
+def can_stack(state: State) -> bool:
+    """Whether a family's states can be stacked into one batch of rows at different positions."""
+    return callable(getattr(type(state), "stack", None)) and callable(getattr(state, "select", None))
+
+
+def stack_states(states: list[State]) -> State:
+    """One batch of the rows of `states`, in order (states that `can_stack`)."""
+    return states[0] if len(states) == 1 else type(states[0]).stack(states)
 
 
 class StreamingLM(ABC):

@@ -62,30 +62,46 @@ class Run:
         weight: Callable[[Unit], int] = lambda _: 1,
         describe: Callable[[Unit], str] = lambda _: "",
         contiguous: bool = False,
+        batch: int = 1,
+        compute_batch: Callable[[list[Unit]], list[dict[str, Any]]] | None = None,
     ) -> list[dict[str, Any]] | None:
         """Compute every unit not in the journal, journaling each record; return all records in unit order
-        (on rank 0; None on the other ranks). Ranks take units round-robin, or in `contiguous` ranges."""
+        (on rank 0; None on the other ranks). Ranks take units round-robin, or in `contiguous` ranges.
+
+        With `compute_batch` and `batch` > 1, units still to do go `batch` at a time (in order) to one
+        `compute_batch` call, which returns their records in order (what `compute` gives each one alone): a rank
+        takes a batch per round."""
         keys = [key(u) for u in units]
         journal = self.journal
         todo = [i for i, k in enumerate(keys) if k not in journal] if journal is not None else None
         todo = broadcast_object(self.ctx, todo)
         total = sum(weight(u) for u in units)
         done = total - sum(weight(units[i]) for i in todo)
+        size = batch if compute_batch is not None and batch > 1 else 1
+        batches = [todo[k : k + size] for k in range(0, len(todo), size)]
+
+        def run(members: list[int]) -> dict[int, dict[str, Any]]:
+            if size == 1:
+                return {members[0]: compute(units[members[0]])}
+            records = compute_batch([units[i] for i in members])
+            return dict(zip(members, records, strict=True))
+
         with ProgressBar(self.command, unit_name, total, done, self.progress and self.ctx.is_main) as bar:
-            for index in rounds(todo, self.ctx, contiguous):
+            for number in rounds(list(range(len(batches))), self.ctx, contiguous):
                 result = error = None
-                if index is not None:
-                    bar.describe(describe(units[index]))
+                if number is not None:
+                    bar.describe(describe(units[batches[number][0]]))
                     try:
-                        result = compute(units[index])
+                        result = run(batches[number])
                     except MegaevalError as e:  # bad input: every rank reports it (other errors stop all ranks)
                         error = e
-                finished = gather_round(self.ctx, index, result, error)
+                finished = gather_round(self.ctx, number, result, error)
                 if journal is None or finished is None:
                     continue
-                for i, record in finished.items():
-                    journal.add(keys[i], record)
-                    bar.advance(weight(units[i]))
+                for records in finished.values():
+                    for i, record in records.items():
+                        journal.add(keys[i], record)
+                        bar.advance(weight(units[i]))
                 if self.on_unit is not None:
                     self.on_unit(len(journal))
         return None if journal is None else [journal.get(k) for k in keys]

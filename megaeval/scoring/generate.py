@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..models.base import State, StreamingLM
+from ..errors import fail
+from ..models.base import State, StreamingLM, can_stack, stack_states
+from ..models.group import GroupLM
 from .finite import require_finite
 
 
@@ -59,6 +61,31 @@ def greedy_generate(
     return Generation(text, tokens, "length")
 
 
+def parse_batch_size(value: str | int) -> str | int:
+    """--batch-size: auto, or a positive number of prompts."""
+    if str(value).strip() == "auto":
+        return "auto"
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise fail(f"bad --batch-size {value!r}", "pass auto or a positive number of prompts, e.g. --batch-size 8")
+    return number
+
+
+def rows_per_batch(lm: StreamingLM, setting: str | int, length: int) -> int:
+    """Prompts decoded together at `length`: 1 for a family whose states cannot be stacked (and under
+    --chunk-parallel); auto: 8 on CPU, 32 on an accelerator, and for a fixed-context model no more rows than keep
+    the KV cache of the batch within that many 4K-token rows."""
+    if isinstance(lm, GroupLM) or not can_stack(lm.init_state(1)):
+        return 1
+    if setting != "auto":
+        return int(setting)
+    cap = 8 if lm.device.type == "cpu" else 32
+    return cap if lm.max_context is None else max(1, min(cap, cap * 4096 // length))
+
+
 READ_TOKENS = 2048  # tokens per call while reading a long prompt: activations stay the same size at any length
 
 
@@ -78,19 +105,19 @@ def read(
     return require_finite(out[0, -1], "the logits after the prompt"), state
 
 
-def generate_branches(
-    lm: StreamingLM, prompts: Sequence[np.ndarray], state: State, max_new_tokens: int, stop: list[str] | None = None,
-    shared: bool = True, after_prompt: Callable[[State], None] | None = None,
-) -> tuple[list[Generation], int]:  # fmt: skip
-    """Greedy answers to prompts that continue `state` (which is not changed), and the tokens the model read.
+def branch_prompts(
+    lm: StreamingLM, prompts: Sequence[np.ndarray], state: State, shared: bool = True,
+    after_prompt: Callable[[State], None] | None = None, counter: list[int] | None = None,
+) -> Iterator[tuple[torch.Tensor, State]]:  # fmt: skip
+    """Each prompt read from `state` (which is not changed): (its last logits, its state), one prompt at a time.
 
     With `shared`, a prompt's start shared with the next prompt is read once: a trunk state reads up to there,
     and each prompt branches from a copy of it (prompts that share long starts, in order: a haystack with its
     needle further and further in). Otherwise every prompt is read whole from a copy of `state`.
-    `after_prompt` sees each prompt's state once it is read.
+    `after_prompt` sees each prompt's state once it is read; `counter[0]` counts the tokens the model reads.
     """
-    answers: list[Generation] = []
-    trunk, at, read_count = state.clone(), 0, 0
+    counter = counter if counter is not None else [0]
+    trunk, at = state.clone(), 0
     trunk_ids = np.zeros(0, dtype=np.int64)  # what the trunk has read
     for i, ids in enumerate(prompts):
         if shared:
@@ -99,18 +126,107 @@ def generate_branches(
             if common < at or _common_prefix(ids, trunk_ids) < at:
                 trunk, at = state.clone(), 0  # the trunk read tokens this prompt does not start with: start over
             _, trunk = read(lm, ids[at:common], trunk, logits=False)
-            read_count += common - at
+            counter[0] += common - at
             at, trunk_ids = common, ids[:common]
             branch = trunk.clone() if i + 1 < len(prompts) else trunk
             logits, branch = read(lm, ids[common:], branch)
-            read_count += len(ids) - common
+            counter[0] += len(ids) - common
         else:
             logits, branch = read(lm, ids, state.clone())
-            read_count += len(ids)
+            counter[0] += len(ids)
         if after_prompt is not None:
             after_prompt(branch)
-        answers.append(greedy_generate(lm, logits, branch, max_new_tokens, stop))
-    return answers, read_count
+        yield logits, branch
+
+
+def generate_branches(
+    lm: StreamingLM, prompts: Sequence[np.ndarray], state: State, max_new_tokens: int, stop: list[str] | None = None,
+    shared: bool = True, after_prompt: Callable[[State], None] | None = None, batch_size: int = 1,
+) -> tuple[list[Generation], int]:  # fmt: skip
+    """Greedy answers to prompts that continue `state` (read as `branch_prompts` reads them, decoded as
+    `decode_rows` decodes them), and the tokens the model read."""
+    counter = [0]
+    rows = branch_prompts(lm, prompts, state, shared, after_prompt, counter)
+    return decode_rows(lm, rows, max_new_tokens, stop, batch_size), counter[0]
+
+
+@dataclass
+class _Row:
+    index: int
+    tokens: list[int]
+    text: str = ""
+
+
+def decode_rows(
+    lm: StreamingLM, rows: Iterable[tuple[torch.Tensor, State]], max_new_tokens: int, stop: list[str] | None = None,
+    batch_size: int = 1,
+) -> list[Generation]:  # fmt: skip
+    """Greedy answers for prompts already read (each row: its last logits [V] and its state), in order: what
+    `greedy_generate` gives each row alone.
+
+    Up to `batch_size` rows decode together, one model call per step (states stacked: `models.base.stack_states`);
+    a row that stops leaves the batch and the next row takes its place (continuous batching). Rows are taken from
+    `rows` only when there is room, so at most `batch_size` states are alive. Families whose states cannot be
+    stacked decode one row at a time."""
+    stop = [s for s in (stop or []) if s]
+    source = iter(rows)
+    results: dict[int, Generation] = {}
+    active: list[_Row] = []
+    state: State | None = None
+    logits: torch.Tensor | None = None
+    taken = 0
+    while True:
+        fresh = []
+        while len(active) + len(fresh) < max(batch_size, 1):
+            row = next(source, None)
+            if row is None:
+                break
+            if len(fresh) + len(active) == 0 and (batch_size <= 1 or not can_stack(row[1])):
+                results[taken] = greedy_generate(lm, row[0], row[1], max_new_tokens, stop)  # alone
+                taken += 1
+                continue
+            fresh.append(row)
+        if fresh:
+            states = ([state] if state is not None else []) + [st for _, st in fresh]
+            state = stack_states(states)
+            rows_logits = ([logits] if logits is not None else []) + [lg[None] for lg, _ in fresh]
+            logits = torch.cat(rows_logits, 0)
+            active += [_Row(taken + k, []) for k in range(len(fresh))]
+            taken += len(fresh)
+        if not active:
+            return [results[i] for i in range(taken)]
+        keep, step = [], []
+        for r, row in enumerate(active):
+            ended = _greedy_step(lm, row, int(torch.argmax(logits[r])), max_new_tokens, stop)
+            if ended is not None:
+                results[row.index] = ended
+            else:
+                keep.append(r)
+                step.append(row.tokens[-1])
+        if len(keep) < len(active):
+            state = state.select(keep) if keep else None
+            active = [active[r] for r in keep]
+        if active:
+            out, state = lm.forward(torch.tensor([[t] for t in step], device=lm.device), state)
+            logits = require_finite(out[:, -1], "the logits of a generated token")
+        else:
+            logits = None
+
+
+def _greedy_step(lm: StreamingLM, row: _Row, token: int, max_new_tokens: int, stop: list[str]) -> Generation | None:
+    """One greedy token for a row, as `greedy_generate` takes it: the row's Generation if it ends here."""
+    if max_new_tokens < 1:
+        return Generation("", [], "length")
+    if token == lm.tokenizer.eos_id:
+        return Generation(row.text, row.tokens, "eos")
+    row.tokens.append(token)
+    row.text = lm.tokenizer.decode(row.tokens)
+    cut = min((i for i in (row.text.find(s) for s in stop) if i >= 0), default=-1)
+    if cut >= 0:
+        return Generation(row.text[:cut], row.tokens, "stop")
+    if len(row.tokens) == max_new_tokens:
+        return Generation(row.text, row.tokens, "length")
+    return None
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..metrics.academic import choice_predictions, exact_match
 from ..models.base import StreamingLM
-from ..scoring.generate import greedy_generate, prefill
+from ..scoring.generate import decode_rows, prefill
 from ..scoring.loglik import Prefix, read_prefix
 from ..scoring.requests import bos_prefix, encode_pair, score_request_pairs, truncate_prompt
 from .academic_docs import Doc
@@ -96,16 +96,29 @@ def evaluate_choices(
 
 def evaluate_generation(lm: StreamingLM, prepared: AcademicTask, doc: Doc, bos: bool | str) -> dict[str, Any]:
     """Greedy answer of a generation document and its exact match; its samples record."""
+    return evaluate_generations(lm, prepared, [doc], bos)[0]
+
+
+def evaluate_generations(
+    lm: StreamingLM, prepared: AcademicTask, docs: list[Doc], bos: bool | str, batch_size: int = 1
+) -> list[dict[str, Any]]:
+    """Greedy answers of generation documents of one task, decoded `batch_size` at a time
+    (`scoring.generate.decode_rows`: each gets what it gets alone); their samples records, in order."""
     chosen = prepared.chosen
-    prompt = bos_prefix(lm, bos) + lm.tokenizer.encode(doc.contexts[0])
-    ids, dropped = truncate_prompt(prompt, lm.max_context, chosen["max_new_tokens"])
-    logits, state = prefill(lm, ids, lm.init_state(1))
-    gen = greedy_generate(lm, logits, state, chosen["max_new_tokens"], chosen["stop"])
-    prediction = gen.text.strip()  # the remove_whitespace filter
-    fed = len(ids) + len(gen.tokens) - (gen.stop_reason != "eos" and len(gen.tokens) > 0)
-    return {
-        "prediction": prediction, "references": doc.references,
-        "exact_match": exact_match(prediction, doc.references, **chosen["exact_match"]),
-        "stop_reason": gen.stop_reason, "prompt_tokens": len(ids), "generated_tokens": len(gen.tokens),
-        "forward_tokens": fed, "forward_tokens_from_scratch": fed, "truncated_tokens": dropped,
-    }  # fmt: skip
+    prompts = []
+    for doc in docs:
+        prompt = bos_prefix(lm, bos) + lm.tokenizer.encode(doc.contexts[0])
+        prompts.append(truncate_prompt(prompt, lm.max_context, chosen["max_new_tokens"]))
+    rows = (prefill(lm, ids, lm.init_state(1)) for ids, _ in prompts)
+    gens = decode_rows(lm, rows, chosen["max_new_tokens"], chosen["stop"], batch_size)
+    records = []
+    for doc, (ids, dropped), gen in zip(docs, prompts, gens, strict=True):
+        prediction = gen.text.strip()  # the remove_whitespace filter
+        fed = len(ids) + len(gen.tokens) - (gen.stop_reason != "eos" and len(gen.tokens) > 0)
+        records.append({
+            "prediction": prediction, "references": doc.references,
+            "exact_match": exact_match(prediction, doc.references, **chosen["exact_match"]),
+            "stop_reason": gen.stop_reason, "prompt_tokens": len(ids), "generated_tokens": len(gen.tokens),
+            "forward_tokens": fed, "forward_tokens_from_scratch": fed, "truncated_tokens": dropped,
+        })  # fmt: skip
+    return records

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import fail
 from ..metrics.scrolls import example_scores
 from ..models.base import State, StreamingLM
-from ..scoring.generate import greedy_generate, prefill
+from ..scoring.generate import decode_rows, prefill
 from ..scoring.requests import bos_prefix
 from .scrolls_docs import Example, FewShotFit, bare_prompt_tokens, fit_few_shot, fit_prompt
 from .scrolls_prepare import ScrollsTask
@@ -55,17 +55,34 @@ def evaluate_example(
     """Answer one example from a copy of the prefix's state (`prefix`, read from `fit.ids`); its samples record.
 
     `after_prompt` sees the state once the prompt is read (a run measures its size there)."""
+    return evaluate_examples(lm, task, fit, prefix, [example], truncation, after_prompt)[0]
+
+
+def evaluate_examples(
+    lm: StreamingLM, task: ScrollsTask, fit: FewShotFit, prefix: State, examples: list[Example],
+    truncation: str = "middle", after_prompt: Callable[[State], None] | None = None, batch_size: int = 1,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Answer examples of one task, each from a copy of the prefix's state, decoded `batch_size` at a time
+    (`scoring.generate.decode_rows`: each gets what it gets alone); their samples records, in order."""
     chosen = task.chosen
-    ids, dropped = fit_prompt(lm, chosen["template"], example, fit.budget, truncation)
-    logits, state = prefill(lm, ids, prefix.clone())
-    if after_prompt is not None:
-        after_prompt(state)
-    gen = greedy_generate(lm, logits, state, chosen["max_new_tokens"], chosen["stop"])
-    prediction = gen.text.strip()
-    return {
-        "task": task.name, "id": example.id, "prompt_tokens": len(fit.ids) + len(ids), "truncated_tokens": dropped,
-        "exemplar_truncated_tokens": fit.dropped,
-        "prediction": prediction, "references": example.references, "stop_reason": gen.stop_reason,
-        "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in task.exemplars],
-        "scores": example_scores(chosen["metric"], prediction, example.references),
-    }  # fmt: skip
+    prompts = [fit_prompt(lm, chosen["template"], example, fit.budget, truncation) for example in examples]
+
+    def rows():
+        for ids, _ in prompts:
+            logits, state = prefill(lm, ids, prefix.clone())
+            if after_prompt is not None:
+                after_prompt(state)
+            yield logits, state
+
+    gens = decode_rows(lm, rows(), chosen["max_new_tokens"], chosen["stop"], batch_size)
+    records = []
+    for example, (ids, dropped), gen in zip(examples, prompts, gens, strict=True):
+        prediction = gen.text.strip()
+        records.append({
+            "task": task.name, "id": example.id, "prompt_tokens": len(fit.ids) + len(ids),
+            "truncated_tokens": dropped, "exemplar_truncated_tokens": fit.dropped,
+            "prediction": prediction, "references": example.references, "stop_reason": gen.stop_reason,
+            "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in task.exemplars],
+            "scores": example_scores(chosen["metric"], prediction, example.references),
+        })  # fmt: skip
+    return records

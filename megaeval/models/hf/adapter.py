@@ -137,10 +137,10 @@ class HFCausalLM(StreamingLM):
             raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
         if tokens.shape[0] != state.batch_size:
             raise fail(f"tokens have batch size {tokens.shape[0]} but the state was made for {state.batch_size}")
-        if state.length + tokens.shape[1] > self.max_context:
+        longest = max(state.row_lengths(), default=0)
+        if longest + tokens.shape[1] > self.max_context:
             raise fail(
-                f"this state would hold {state.length + tokens.shape[1]:,} tokens, beyond max_context "
-                f"{self.max_context:,}",
+                f"this state would hold {longest + tokens.shape[1]:,} tokens, beyond max_context {self.max_context:,}",
                 "start a new state, or score long inputs with a --window-policy",
             )
         vocab = self.model.config.vocab_size
@@ -158,6 +158,8 @@ class HFCausalLM(StreamingLM):
             end = start + piece.shape[1]
             keep = end - max(first, start)  # positions of this piece whose logits are wanted
             kwargs = {"logits_to_keep": max(keep, 1)} if self._takes_keep and keep < piece.shape[1] else {}
+            if state.pads is not None:  # rows of different lengths: left padding masked out, each row's positions
+                kwargs.update(_padded_rows(state, piece.shape[1], self.device))
             out = self.model(input_ids=piece, past_key_values=state.cache, use_cache=True, **kwargs)
             state.cache = out.past_key_values
             state.length += piece.shape[1]
@@ -236,6 +238,16 @@ class HFCausalLM(StreamingLM):
             "model_parallel_size": None,
             "tokenizer": self.tokenizer.describe(),
         }
+
+
+def _padded_rows(state: Any, steps: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The attention mask (the pad slots of each row off) and position ids (each row's own) of a call of `steps`
+    tokens on a state whose rows hold different numbers of tokens."""
+    pads = torch.tensor(state.pads, device=device)[:, None]
+    slots = torch.arange(state.length + steps, device=device)[None]
+    mask = (slots >= pads).long()
+    positions = torch.arange(state.length, state.length + steps, device=device)[None] - pads
+    return {"attention_mask": mask, "position_ids": positions}
 
 
 def load_tokenizer(

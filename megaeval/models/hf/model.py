@@ -14,28 +14,80 @@ from ...errors import fail
 
 @dataclass
 class HFState:
-    """A KV cache and the number of tokens in it."""
+    """A KV cache, the number of slots in it, and (rows stacked from states of different lengths) how many slots at
+    the start of each row hold no token: those rows are left-padded, masked out and given their own positions."""
 
     cache: Any
     length: int
     batch_size: int
+    pads: list[int] | None = None  # None: every row holds `length` tokens
 
     def clone(self) -> HFState:
         """A deep copy of the cache."""
-        return HFState(copy.deepcopy(self.cache), self.length, self.batch_size)
+        return HFState(copy.deepcopy(self.cache), self.length, self.batch_size, _copy(self.pads))
 
     def repeat(self, n: int) -> HFState:
         """A state for batch_size * n sequences, each row's cache repeated n times (this one is left as it was)."""
         if n == 1:
             return self.clone()
         cache = None if self.cache is None else repeated_cache(self.cache, n)
-        return HFState(cache, self.length, self.batch_size * n)
+        pads = None if self.pads is None else [p for p in self.pads for _ in range(n)]
+        return HFState(cache, self.length, self.batch_size * n, pads)
+
+    def row_lengths(self) -> list[int]:
+        """Tokens held by each row."""
+        return [self.length - p for p in (self.pads or [0] * self.batch_size)]
+
+    @staticmethod
+    def stack(states: list[HFState]) -> HFState:
+        """One batch of the rows of `states` (in order), each row keeping its own tokens: shorter rows are padded
+        on the left to the longest, and those slots are masked out. The states are left as they were."""
+        length = max(s.length for s in states)
+        pads = [length - n for s in states for n in s.row_lengths()]
+        batch = len(pads)
+        if length == 0:
+            return HFState(None, 0, batch)
+        like = next(s.cache for s in states if s.length)
+        cache = copy.copy(like)
+        cache.layers = [copy.copy(layer) for layer in like.layers]
+        for i, layer in enumerate(cache.layers):
+            for name in ("keys", "values"):
+                parts = []
+                for s in states:
+                    if s.length:
+                        t = getattr(s.cache.layers[i], name)
+                        parts.append(torch.nn.functional.pad(t, (0, 0, length - s.length, 0)))
+                    else:
+                        t = getattr(like.layers[i], name)
+                        parts.append(t.new_zeros(s.batch_size, *t.shape[1:-2], length, t.shape[-1]))
+                setattr(layer, name, torch.cat(parts, 0))
+        return HFState(cache, length, batch, pads if any(pads) else None)
+
+    def select(self, rows: list[int]) -> HFState:
+        """A state of the given rows only (in that order); slots no kept row uses are dropped. This one is left as
+        it was."""
+        pads = [(self.pads or [0] * self.batch_size)[r] for r in rows]
+        drop = min(pads, default=0)
+        if self.cache is None:
+            return HFState(None, 0, len(rows))
+        index = torch.tensor(rows, dtype=torch.long, device=cache_tensors(self.cache)[0].device)
+        cache = copy.copy(self.cache)
+        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        for layer in cache.layers:
+            for name in ("keys", "values"):
+                setattr(layer, name, getattr(layer, name).index_select(0, index)[..., drop:, :])
+        pads = [p - drop for p in pads]
+        return HFState(cache, self.length - drop, len(rows), pads if any(pads) else None)
 
     def nbytes(self) -> int:
         """Bytes of the keys and values in the cache."""
         if self.cache is None:
             return 0
         return sum(t.numel() * t.element_size() for t in cache_tensors(self.cache))
+
+
+def _copy(pads: list[int] | None) -> list[int] | None:
+    return None if pads is None else list(pads)
 
 
 def repeated_cache(cache: Any, n: int) -> Any:

@@ -1,7 +1,10 @@
 """Layers the recurrent architectures share: the causal depthwise conv whose last inputs every one of them carries
-(Mamba, Mamba-2, RecurrentGemma), and the output layer's logits."""
+(Mamba, Mamba-2, RecurrentGemma), the output layer's logits, and rows of states stacked and selected."""
 
 from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -22,3 +25,14 @@ def causal_conv(x: Tensor, conv_state: Tensor, conv: nn.Conv1d, silu: bool = Tru
 def output_logits(hidden: Tensor, weight: Tensor) -> Tensor:
     """Logits [B, T, V] of final hidden states under the output weight: float32 (float64 for float64 models)."""
     return F.linear(hidden.to(weight.dtype), weight).to(torch.promote_types(weight.dtype, torch.float32))
+
+
+def stacked_rows(layer_states: list[Any]) -> Any:
+    """One layer state whose rows are those of `layer_states` (dataclasses of [B, ...] tensors), in order."""
+    first = layer_states[0]
+    return type(first)(*(torch.cat([getattr(s, f.name) for s in layer_states], 0) for f in fields(first)))
+
+
+def selected_rows(layer_state: Any, index: Tensor) -> Any:
+    """The layer state of the rows at `index` only (new tensors)."""
+    return type(layer_state)(*(getattr(layer_state, f.name).index_select(0, index) for f in fields(layer_state)))
