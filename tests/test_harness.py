@@ -307,3 +307,19 @@ def test_a_bad_model_arg_is_one_line_and_exit_code_2(tmp_path):
         proc.stderr.splitlines()[-1]
         == f"error: model not found: {tmp_path / 'missing'}; pass a checkpoint directory (or FAMILY:PATH)"
     )
+
+
+@pytest.mark.parametrize("spec", ["embedded:transformer-tiny", "embedded:mamba2-tiny"])
+def test_generate_until_in_batches_equals_one_request_at_a_time(spec):
+    prompts = ["Sir Walter Elliot, of Kellynch Hall,", "It was", "Anne", "Captain Wentworth had no fortune. He"
+               " had been lucky in his profession, but", "She"]  # fmt: skip
+    kwargs = [{"until": ["\n"], "max_gen_toks": 12}] * 3 + [{"until": [","], "max_gen_toks": 7}] * 2
+    requests = [request("generate_until", p, k) for p, k in zip(prompts, kwargs, strict=True)]
+    one = MegaevalLM(pretrained=spec, dtype="float64", device="cpu", batch_size=1)
+    many = MegaevalLM(pretrained=spec, dtype="float64", device="cpu", batch_size=4)
+    auto = MegaevalLM(pretrained=spec, dtype="float64", device="cpu", batch_size="auto:8")
+    alone = one.generate_until(requests)
+    assert many.generate_until(requests) == alone == auto.generate_until(requests)
+    lm = one.model
+    for prompt, k, text in zip(prompts, kwargs, alone, strict=True):
+        assert text == generate(lm, one.bos_tokens + lm.tokenizer.encode(prompt), k["until"], k["max_gen_toks"])

@@ -137,7 +137,8 @@ class HFCausalLM(StreamingLM):
             raise fail(f"tokens must be an integer tensor [batch, time], got {tokens.dtype} {list(tokens.shape)}")
         if tokens.shape[0] != state.batch_size:
             raise fail(f"tokens have batch size {tokens.shape[0]} but the state was made for {state.batch_size}")
-        longest = max(state.row_lengths(), default=0)
+        pads = getattr(state, "pads", None)  # rows stacked from states of different lengths (a sharded state: none)
+        longest = state.length - (min(pads) if pads else 0)
         if longest + tokens.shape[1] > self.max_context:
             raise fail(
                 f"this state would hold {longest + tokens.shape[1]:,} tokens, beyond max_context {self.max_context:,}",
@@ -158,7 +159,7 @@ class HFCausalLM(StreamingLM):
             end = start + piece.shape[1]
             keep = end - max(first, start)  # positions of this piece whose logits are wanted
             kwargs = {"logits_to_keep": max(keep, 1)} if self._takes_keep and keep < piece.shape[1] else {}
-            if state.pads is not None:  # rows of different lengths: left padding masked out, each row's positions
+            if getattr(state, "pads", None) is not None:  # rows of different lengths: masked padding, own positions
                 kwargs.update(_padded_rows(state, piece.shape[1], self.device))
             out = self.model(input_ids=piece, past_key_values=state.cache, use_cache=True, **kwargs)
             state.cache = out.past_key_values
