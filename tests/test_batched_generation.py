@@ -15,8 +15,8 @@ from megaeval.models.base import can_stack, stack_states
 from megaeval.scoring.generate import decode_rows, generate_branches, greedy_generate, read
 from megaeval_testing.recurrent import save_tiny
 
-STACKING = ["embedded:transformer-tiny", "embedded:mamba2-tiny", "mamba", "rwkv"]
-EVERY = [*STACKING, "embedded:megalodon-tiny", "embedded:rfa-tiny", "recurrent_gemma"]
+STACKING = ["embedded:transformer-tiny", "embedded:mamba2-tiny", "mamba", "rwkv", "embedded:rfa-tiny"]
+EVERY = [*STACKING, "embedded:megalodon-tiny", "recurrent_gemma"]
 
 
 @pytest.fixture(scope="module")

@@ -68,10 +68,28 @@ class ChunkedStreamingLM(StreamingLM):
     def _run(self, tokens: torch.Tensor, state: Any, consume: Callable[[int, torch.Tensor], None]) -> Any:
         """Run the model over `tokens` in steps aligned to absolute multiples of `step`, handing each step's start
         and final hidden states to `consume`; return the state after the last token."""
+        if isinstance(state.position, list):  # rows at different positions (a stacked state)
+            return self._run_rows(tokens, state, consume)
         for a, b in steps(state.position, tokens.shape[1], self.step(tokens.shape[0])):
             hidden, state = self._step(tokens[:, a:b], state)
             consume(a, hidden)
         return state
+
+    def _run_rows(self, tokens: torch.Tensor, state: Any, consume: Callable[[int, torch.Tensor], None]) -> Any:
+        """`_run` on rows at different positions: one token steps them together (the family's `_step` takes one
+        position per row); longer calls run each row alone, as it would run by itself, and stack them back."""
+        if tokens.shape[1] <= 1:
+            hidden, state = self._step(tokens, state)
+            consume(0, hidden)
+            return state
+        parts: list[torch.Tensor] = []
+        rows = []
+        for r in range(tokens.shape[0]):
+            mine: list[torch.Tensor] = []
+            rows.append(self._run(tokens[r : r + 1], state.select([r]), lambda a, h, mine=mine: mine.append(h)))
+            parts.append(torch.cat(mine, 1))
+        consume(0, torch.cat(parts, 0))
+        return type(state).stack(rows)
 
     def forward(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """Logits [B, T, V] for tokens [B, T] after `state`, and the state after them."""

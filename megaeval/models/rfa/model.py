@@ -44,10 +44,11 @@ class RFALayerState:
 
 @dataclass
 class RFAState:
-    """Per-layer running sums and the number of tokens consumed (the position of the next token)."""
+    """Per-layer running sums and the number of tokens consumed (the position of the next token); a batch stacked
+    from states of different lengths holds one position per row."""
 
     layers: list[RFALayerState]
-    position: int
+    position: int | list[int]
 
     @property
     def batch_size(self) -> int:
@@ -60,6 +61,25 @@ class RFAState:
     def repeat(self, n: int) -> RFAState:
         """A state for B * n sequences: row i * n + j is a copy of row i (this state is left as it was)."""
         return RFAState([s.repeat(n) for s in self.layers], self.position)
+
+    @staticmethod
+    def stack(states: list[RFAState]) -> RFAState:
+        """One batch of the rows of `states`, in order, each row keeping its own position."""
+        positions = [p for s in states for p in s.positions()]
+        layers = [RFALayerState(torch.cat([s.layers[i].s for s in states]), torch.cat([s.layers[i].z for s in states]))
+                  for i in range(len(states[0].layers))]  # fmt: skip
+        return RFAState(layers, positions[0] if len(set(positions)) == 1 else positions)
+
+    def select(self, rows: list[int]) -> RFAState:
+        """A state of the given rows only, in that order (this one is left as it was)."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].z.device)
+        layers = [RFALayerState(s.s.index_select(0, index), s.z.index_select(0, index)) for s in self.layers]
+        positions = [self.positions()[r] for r in rows]
+        return RFAState(layers, positions[0] if len(set(positions)) == 1 else positions)
+
+    def positions(self) -> list[int]:
+        """Each row's position."""
+        return list(self.position) if isinstance(self.position, list) else [self.position] * self.batch_size
 
     def tensors(self) -> list[Tensor]:
         """Every tensor held by the state."""
@@ -260,14 +280,20 @@ class RFAModel(nn.Module):
 
     def forward(self, tokens: Tensor, state: RFAState, chunk: int = 64) -> tuple[Tensor, RFAState]:
         """Final-norm hidden states [B, T, D] for tokens [B, T], and the state after them."""
-        D, pos = self.config.model_dim, state.position
+        D, pos, T = self.config.model_dim, state.position, tokens.shape[1]
         x = self.embed(tokens) * math.sqrt(D)
-        x = x + sinusoidal(pos, tokens.shape[1], D, x.device).to(x.dtype)
+        if isinstance(pos, list):  # rows at their own positions, one token each (a chunk of one needs no alignment)
+            if T != 1:
+                raise ValueError("rows at different positions take one token per call")
+            x = x + torch.cat([sinusoidal(p, 1, D, x.device) for p in pos])[:, None].to(x.dtype)
+        else:
+            x = x + sinusoidal(pos, T, D, x.device).to(x.dtype)
         layers = []
         for block, layer_state in zip(self.layers, state.layers, strict=True):
-            x, layer_state = block(x, layer_state, pos, chunk)
+            x, layer_state = block(x, layer_state, pos if isinstance(pos, int) else 0, chunk)
             layers.append(layer_state)
-        return self.final_norm(x), RFAState(layers, pos + tokens.shape[1])
+        after = pos + T if isinstance(pos, int) else [p + T for p in pos]
+        return self.final_norm(x), RFAState(layers, after)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Output logits, in float32 (float64 for float64 models)."""
