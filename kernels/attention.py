@@ -16,12 +16,13 @@ from .common import acc_dtype, cdiv, check_input, interpreting, jit, next_pow2, 
 
 
 def apply_rope(x: Tensor, positions: Tensor, base: float) -> Tensor:
-    """Rotary embedding on adjacent pairs (x[2i], x[2i+1]). x: [B, T, H, d], positions: [T]."""
+    """Rotary embedding on adjacent pairs (x[2i], x[2i+1]). x: [B, T, H, d], positions: [T] (or [B, T]: each row
+    its own)."""
     d = x.shape[-1]
     acc = acc_dtype(x.dtype)
     inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
-    angle = positions.to(torch.float64)[:, None] * inv_freq  # [T, d/2]
-    cos, sin = angle.cos().to(acc)[:, None, :], angle.sin().to(acc)[:, None, :]
+    angle = positions.to(torch.float64)[..., None] * inv_freq  # [T, d/2] or [B, T, d/2]
+    cos, sin = angle.cos().to(acc)[..., None, :], angle.sin().to(acc)[..., None, :]
     x0, x1 = x.to(acc).unflatten(-1, (d // 2, 2)).unbind(-1)
     return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1).flatten(-2).to(x.dtype)
 
@@ -37,6 +38,28 @@ def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         mask = torch.arange(Tk, device=q.device)[None, :] <= torch.arange(Tq, device=q.device)[:, None] + offset
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
     return out.transpose(1, 2)
+
+
+def rows_attention(
+    q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, fill: Tensor, chunk: int, rope_base: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`chunked_attention` for one token per row, each row at its own place in its chunk: row b's cache holds
+    `fill[b]` keys and values (the caches are padded on the right to the longest). Returns the output [B, 1, H, dv]
+    and the padded caches after the token (a row whose chunk it completes holds none)."""
+    B = q.shape[0]
+    positions = fill.to(q.device)[:, None]  # [B, 1]: rotary positions restart at 0 in every chunk
+    q, k = apply_rope(q, positions, rope_base), apply_rope(k, positions, rope_base)
+    c = k_cache.shape[1]
+    keys, values = torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1)
+    slots = torch.arange(c + 1, device=q.device)[None]
+    seen = (slots < positions) | (slots == c)  # the row's cached keys, and its own
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+                                         attn_mask=seen[:, None, None, :], scale=1.0).transpose(1, 2)  # fmt: skip
+    rows = torch.arange(B, device=q.device)
+    keys[rows, fill.to(q.device)], values[rows, fill.to(q.device)] = k[:, 0], v[:, 0]  # the token joins its chunk
+    after = (fill + 1) % chunk
+    width = int(after.max()) if B else 0
+    return out, keys[:, :width], values[:, :width]
 
 
 def rotate(q: Tensor, k: Tensor, k_cache: Tensor, chunk: int, rope_base: float) -> tuple[Tensor, Tensor]:

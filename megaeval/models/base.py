@@ -49,7 +49,8 @@ class State(Protocol):
 
 def can_stack(state: State) -> bool:
     """Whether a family's states can be stacked into one batch of rows at different positions."""
-    return callable(getattr(type(state), "stack", None)) and callable(getattr(state, "select", None))
+    able = callable(getattr(type(state), "stack", None)) and callable(getattr(state, "select", None))
+    return able and getattr(state, "rows_stackable", True)  # a state may say its rows cannot join a batch
 
 
 def stack_states(states: list[State]) -> State:

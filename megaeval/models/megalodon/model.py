@@ -23,9 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...kernels.attention import rows_attention
 from ...kernels.common import acc_dtype
 from ...kernels.dispatch import TORCH, Ops
 from ...kernels.nll import nll_from_logits
+from ...kernels.timestep_norm import timestep_norm as timestep_norm_ref
 from .config import ModelArgs
 from .state import LOCAL, LayerState, LocalSlice, MegalodonState, NormState, joined
 
@@ -59,6 +61,10 @@ class TimestepNorm(nn.Module):
         return NormState(int(self.prior_count), mean, var)
 
     def forward(self, x: Tensor, state: NormState) -> tuple[Tensor, NormState]:
+        if isinstance(state.count, list):  # rows at their own counts (a stacked state): the reference takes them
+            count = torch.tensor(state.count, dtype=torch.float64, device=x.device)[:, None, None]
+            y, mean, var = timestep_norm_ref(x, self.weight, self.bias, count, state.mean, state.var, self.eps)
+            return y, NormState([c + x.shape[1] for c in state.count], mean, var)
         y, mean, var = self.ops.timestep_norm(x, self.weight, self.bias, state.count, state.mean, state.var, self.eps)
         return y, NormState(state.count + x.shape[1], mean, var)
 
@@ -180,10 +186,11 @@ class MovingAverageGatedAttention(nn.Module):
         return out, LayerState(part.norm_after(state.norm, norm), h, k, v)
 
     def gated_attention(
-        self, x: Tensor, out_tsn: Tensor, out_cema: Tensor, k_cache: Tensor, v_cache: Tensor
+        self, x: Tensor, out_tsn: Tensor, out_cema: Tensor, k_cache: Tensor, v_cache: Tensor, fill: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The layer after its TimestepNorm (out_tsn) and CEMA (out_cema): gated chunk-local attention plus
-        the residual x. Returns the output and the K/V caches of the chunk left partial."""
+        the residual x. Returns the output and the K/V caches of the chunk left partial. `fill`: stacked rows,
+        one token each, row b's cache holding fill[b] keys (`kernels.attention.rows_attention`)."""
         B, T, _ = x.shape
         H = self.num_heads
         mx = self.rmsnorm(out_cema)
@@ -194,15 +201,12 @@ class MovingAverageGatedAttention(nn.Module):
         v = F.silu(self.wv(out_tsn))
         r = F.silu(self.wr(mx))
 
-        attn, k_cache, v_cache = self.ops.chunked_attention(
-            q.view(B, T, H, -1),
-            k.view(B, T, H, -1),
-            v.view(B, T, H, -1),
-            k_cache,
-            v_cache,
-            self.chunk_size,
-            self.rope_base,
-        )
+        q, k, v = q.view(B, T, H, -1), k.view(B, T, H, -1), v.view(B, T, H, -1)
+        if fill is None:
+            attn, k_cache, v_cache = self.ops.chunked_attention(q, k, v, k_cache, v_cache, self.chunk_size,
+                                                                self.rope_base)  # fmt: skip
+        else:
+            attn, k_cache, v_cache = rows_attention(q, k, v, k_cache, v_cache, fill, self.chunk_size, self.rope_base)
         h_out = self.wh1(mx) + self.wh2(attn.reshape(B, T, -1) * r)
         return x + h_out, k_cache, v_cache
 
@@ -288,6 +292,8 @@ class Megalodon(nn.Module):
     def forward(self, tokens: Tensor, state: MegalodonState, part: LocalSlice = LOCAL) -> tuple[Tensor, MegalodonState]:
         """Final-norm hidden states [B, T, D] for tokens [B, T], and the state after them. `part`: where the call
         stands in its sequence (LOCAL: all of it, in this process; chunk parallel passes a rank's slice)."""
+        if isinstance(state.position, list):
+            return self._forward_rows(tokens, state)
         x = self.embed(tokens)
         if self.emb_scale is not None:
             x = x * self.emb_scale
@@ -302,6 +308,27 @@ class Megalodon(nn.Module):
         final_norm = part.norm_after(state.final_norm, norm)
         after = replace(state, layers=layers, final_norm=final_norm, position=state.position + tokens.shape[1])
         return joined(hidden, x), part.state_after(state, after)
+
+    def _forward_rows(self, tokens: Tensor, state: MegalodonState) -> tuple[Tensor, MegalodonState]:
+        """`forward` of one token per row on rows at their own positions (a stacked state): the same layers, each
+        row's norm counts and partial chunk its own."""
+        if tokens.shape[1] != 1:
+            raise ValueError("rows at different positions take one token per call")
+        fill = torch.tensor(state.row_fills(), dtype=torch.long)
+        x = self.embed(tokens)
+        if self.emb_scale is not None:
+            x = x * self.emb_scale
+        layers = []
+        for block, s in zip(self.layers, state.layers, strict=True):
+            mega = block.mega
+            y, norm = mega.timenorm(x, s.norm)
+            c, h = mega.cema(y, s.cema)
+            out, k, v = mega.gated_attention(x, y, c, s.k, s.v, fill)
+            layers.append(LayerState(norm, h, k, v))
+            x = block.nffn(out, x)
+        hidden, final_norm = self.output.final_norm(x, state.final_norm)
+        fills = [(f + 1) % self.args.chunk_size for f in state.row_fills()]
+        return hidden, MegalodonState(layers, final_norm, [p + 1 for p in state.positions()], None, fills)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Output-layer logits, in float32 (float64 for float64 models)."""

@@ -19,17 +19,32 @@ from torch import Tensor, nn
 
 @dataclass
 class NormState:
-    """TimestepNorm statistics over every timestep so far: count and per-group mean/variance."""
+    """TimestepNorm statistics over every timestep so far: count and per-group mean/variance (rows stacked from
+    states of different lengths: one count per row)."""
 
-    count: int
+    count: int | list[int]
     mean: Tensor  # [B, G] float64
     var: Tensor  # [B, G] float64
 
     def clone(self) -> NormState:
-        return NormState(self.count, self.mean.clone(), self.var.clone())
+        return NormState(_same(self.count), self.mean.clone(), self.var.clone())
 
     def repeat(self, n: int) -> NormState:
-        return NormState(self.count, self.mean.repeat_interleave(n, 0), self.var.repeat_interleave(n, 0))
+        count = [c for c in self.count for _ in range(n)] if isinstance(self.count, list) else self.count
+        return NormState(count, self.mean.repeat_interleave(n, 0), self.var.repeat_interleave(n, 0))
+
+    def counts(self) -> list[int]:
+        """Each row's count."""
+        return list(self.count) if isinstance(self.count, list) else [self.count] * self.mean.shape[0]
+
+
+def _same(value: int | list[int]) -> int | list[int]:
+    return list(value) if isinstance(value, list) else value
+
+
+def _one_or_rows(values: list[int]) -> int | list[int]:
+    """One number when every row has it, else one per row."""
+    return values[0] if len(set(values)) == 1 else values
 
 
 @dataclass
@@ -57,19 +72,76 @@ class MegalodonState:
 
     layers: list[LayerState]
     final_norm: NormState
-    position: int
+    position: int | list[int]  # one per row in a batch stacked from states of different lengths
     history: Tensor | None = None  # last tokens, kept only by the official-window norm mode
+    fills: list[int] | None = None  # stacked rows: keys and values each row's chunk cache holds (the rest is padding)
 
     def clone(self) -> MegalodonState:
         """A deep copy (e.g. to reuse a few-shot prefix for many continuations)."""
         history = None if self.history is None else self.history.clone()
-        return MegalodonState([s.clone() for s in self.layers], self.final_norm.clone(), self.position, history)
+        fills = None if self.fills is None else list(self.fills)
+        return MegalodonState([s.clone() for s in self.layers], self.final_norm.clone(), _same(self.position), history,
+                              fills)  # fmt: skip
 
     def repeat(self, n: int) -> MegalodonState:
         """A state for B * n sequences: row i * n + j is a copy of row i (this state is left as it was)."""
         history = None if self.history is None else self.history.repeat_interleave(n, 0)
         layers = [s.repeat(n) for s in self.layers]
-        return MegalodonState(layers, self.final_norm.repeat(n), self.position, history)
+        position = [p for p in self.position for _ in range(n)] if isinstance(self.position, list) else self.position
+        fills = None if self.fills is None else [f for f in self.fills for _ in range(n)]
+        return MegalodonState(layers, self.final_norm.repeat(n), position, history, fills)
+
+    @property
+    def rows_stackable(self) -> bool:
+        """Whether this state's rows can join a stacked batch (the official-window mode keeps token history: no)."""
+        return self.history is None
+
+    def positions(self) -> list[int]:
+        """Each row's position."""
+        rows = self.final_norm.mean.shape[0]
+        return list(self.position) if isinstance(self.position, list) else [self.position] * rows
+
+    def row_fills(self) -> list[int]:
+        """Keys and values each row's partial chunk holds."""
+        return list(self.fills) if self.fills is not None else [self.layers[0].k.shape[1]] * len(self.positions())
+
+    @staticmethod
+    def stack(states: list[MegalodonState]) -> MegalodonState:
+        """One batch of the rows of `states`, in order, each keeping its position, norm counts and partial chunk
+        (the chunk caches padded on the right to the longest; `rows_attention` reads each row's own)."""
+
+        def norms(parts: list[NormState]) -> NormState:
+            count = _one_or_rows([c for n in parts for c in n.counts()])
+            return NormState(count, torch.cat([n.mean for n in parts]), torch.cat([n.var for n in parts]))
+
+        def padded(parts: list[Tensor]) -> Tensor:
+            width = max(t.shape[1] for t in parts)
+            return torch.cat([torch.nn.functional.pad(t, (0, 0, 0, 0, 0, width - t.shape[1])) for t in parts])
+
+        layers = []
+        for i in range(len(states[0].layers)):
+            mine = [s.layers[i] for s in states]
+            layers.append(LayerState(norms([m.norm for m in mine]), torch.cat([m.cema for m in mine]),
+                                     padded([m.k for m in mine]), padded([m.v for m in mine])))  # fmt: skip
+        positions = _one_or_rows([p for s in states for p in s.positions()])
+        fills = [f for s in states for f in s.row_fills()] if isinstance(positions, list) else None
+        return MegalodonState(layers, norms([s.final_norm for s in states]), positions, None, fills)
+
+    def select(self, rows: list[int]) -> MegalodonState:
+        """A state of the given rows only, in that order (this one is left as it was); the chunk caches keep the
+        padding the kept rows need, none when they are all at one position."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.final_norm.mean.device)
+        positions, fills = [self.positions()[r] for r in rows], [self.row_fills()[r] for r in rows]
+        width = max(fills, default=0)
+
+        def norm(n: NormState) -> NormState:
+            counts = n.counts()
+            return NormState(_one_or_rows([counts[r] for r in rows]), n.mean[index], n.var[index])
+
+        layers = [LayerState(norm(s.norm), s.cema[index], s.k[index][:, :width], s.v[index][:, :width])
+                  for s in self.layers]  # fmt: skip
+        alike = len(set(positions)) == 1
+        return MegalodonState(layers, norm(self.final_norm), _one_or_rows(positions), None, None if alike else fills)
 
     def tensors(self) -> list[Tensor]:
         """Every tensor held by the state."""
