@@ -897,6 +897,8 @@ CASES = [
     Case("needle/haystack-without-books", NEEDLE + " --haystack {work}", r"holds no \.txt books"),
     Case("needle/haystack-latin1-book", NEEDLE + " --haystack {work}/books", r"not UTF-8",
          lambda c: (c.work / "books").mkdir() or (c.work / "books" / "a.txt").write_bytes(LATIN1 * 50)),
+    Case("needle/batch-size-zero", NEEDLE + " --batch-size 0", r"--batch-size '0'"),
+    Case("academic/batch-size-not-a-number", ACAD + " --batch-size many", r"--batch-size 'many'"),
     Case("needle/length-past-max-context", NEEDLE.replace("{ckpt}", "embedded:transformer-tiny").replace("512", "1K"),
          r"max_context 512.*--lengths"),
 ]
