@@ -102,8 +102,8 @@ class Run:
                     for i, record in records.items():
                         journal.add(keys[i], record)
                         bar.advance(weight(units[i]))
-                if self.on_unit is not None:
-                    self.on_unit(len(journal))
+                        if self.on_unit is not None:
+                            self.on_unit(len(journal))
         return None if journal is None else [journal.get(k) for k in keys]
 
     def finish(
