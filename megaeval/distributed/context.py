@@ -254,8 +254,17 @@ class DistContext:
         try:
             if exc is not None and self.is_distributed:
                 on_failure(self, exc)  # raises the exception every rank should see
+            elif self.is_distributed and not self.closed:
+                self._finish_together()
         finally:
             self.close()
+
+    def _finish_together(self) -> None:
+        """Every rank stops its watchdog before any rank tears the group down: rank 0 holds the store the watchdogs
+        poll, and a rank still polling a store that has gone can abort at exit."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        self.barrier()
 
 
 def init_distributed(
