@@ -20,6 +20,7 @@ from .cli_options import (
     ModelOpt,
     NoBosOpt,
     bos_flag,
+    exit_process,
     unescape,
     user_errors,
 )
@@ -385,7 +386,7 @@ def main() -> None:
     except typer.Abort:
         print("interrupted", file=sys.stderr)
         code = 130
-    sys.exit(code if isinstance(code, int) else 0)
+    exit_process(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -98,3 +98,17 @@ def unescape(text: str) -> str:
             f"--stop {text!r} has a bad escape ({e.reason})",
             "write escapes such as \\n or \\t, or \\\\ for a backslash",
         ) from None
+
+
+def exit_process(code: int) -> None:
+    """Leave with `code`. A rank under torchrun that succeeded leaves without interpreter teardown (its work is
+    written and its groups closed, rank 0 last, by then): gloo's threads can otherwise abort it in destructors. A
+    rank that failed leaves normally, after the others have heard of it."""
+    import os
+
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    if code == 0 and world.isdigit() and int(world) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -231,8 +231,9 @@ class DistContext:
 
     # ---------------------------------------------------------------------------- lifetime
 
-    def close(self) -> None:
-        """Stop the watchdog and destroy the process groups (idempotent)."""
+    def close(self, together: bool = False) -> None:
+        """Stop the watchdog and destroy the process groups (idempotent). `together` (every rank is closing after a
+        run that succeeded): rank 0, whose process holds the store, waits until the other ranks have closed."""
         if self.closed:
             return
         self.closed = True
@@ -246,6 +247,25 @@ class DistContext:
                     dist.destroy_process_group()
                 except Exception:  # noqa: BLE001  (a broken group is gone anyway)
                     pass
+            if together:
+                self._leave_last()
+
+    def _leave_last(self, patience_s: float = 30.0) -> None:
+        """The other ranks say they have closed; rank 0 waits for all of them (at most `patience_s`), so that no
+        rank still talks to the store when the process holding it ends."""
+        import time
+
+        if self.store is None:
+            return
+        try:
+            if not self.is_main:
+                self.store.add("closed", 1)
+                return
+            deadline = time.monotonic() + patience_s
+            while self.store.add("closed", 0) < self.world_size - 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        except Exception:  # noqa: BLE001  (a rank that cannot reach the store has nothing left to say)
+            pass
 
     def __enter__(self) -> DistContext:
         return self
@@ -256,6 +276,7 @@ class DistContext:
                 on_failure(self, exc)  # raises the exception every rank should see
             elif self.is_distributed and not self.closed:
                 self._finish_together()
+                self.close(together=True)
         finally:
             self.close()
 
