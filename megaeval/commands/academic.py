@@ -30,7 +30,7 @@ from ..errors import fail
 from ..runs import Run, RunSettings, open_run
 from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, resolve_bos
-from ..tasks.academic_evaluate import FewshotCache, evaluate_choices, evaluate_generation, evaluate_generations
+from ..tasks.academic_evaluate import FewshotCache, evaluate_choices, evaluate_generations
 from ..tasks.academic_prepare import prepare_academic_task
 from ..tasks.academic_results import academic_results
 from ..tasks.data import data_folders
@@ -82,42 +82,34 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) 
     cache = FewshotCache()
     bos = resolve_bos(run.lm, settings.bos)
 
-    def compute(unit: tuple[str, int]) -> dict[str, Any]:
-        task, k = unit
-        p = prepared[task]
-        doc = p.docs[k]
-        record: dict[str, Any] = {"task": task, "doc_id": doc.doc_id}
-        if doc.group is not None:
-            record["subject"] = doc.group
-        if p.spec["output"] == "generate_until":
-            record.update(evaluate_generation(run.lm, p, doc, bos))
-        else:
-            first = k == 0 or p.docs[k - 1].fewshot != doc.fewshot  # one process reads the block here
-            record.update(evaluate_choices(run.lm, p, doc, bos, cache, charge_fewshot=first))
-        record["exemplar_ids"] = p.exemplar_ids[k]
-        return record
-
     def compute_batch(batch: list[tuple[str, int]]) -> list[dict[str, Any]]:
-        """Documents in order: generation documents of a task answered together, the others one by one."""
-        records: list[dict[str, Any] | None] = [None] * len(batch)
+        """Documents' records in order: generation documents of a task answered together (`size` at a time), the
+        others one by one."""
+        answers: dict[int, dict[str, Any]] = {}
         for task in dict.fromkeys(t for t, _ in batch):
             p = prepared[task]
             mine = [j for j, (t, _) in enumerate(batch) if t == task]
-            if p.spec["output"] != "generate_until":
-                for j in mine:
-                    records[j] = compute(batch[j])
+            if p.spec["output"] == "generate_until":
+                docs = [p.docs[batch[j][1]] for j in mine]
+                answers.update(zip(mine, evaluate_generations(run.lm, p, docs, bos, size), strict=True))
                 continue
-            docs = [p.docs[batch[j][1]] for j in mine]
-            for j, got in zip(mine, evaluate_generations(run.lm, p, docs, bos, size), strict=True):
+            for j in mine:
                 k = batch[j][1]
-                records[j] = {"task": task, "doc_id": p.docs[k].doc_id, **got, "exemplar_ids": p.exemplar_ids[k]}
-        return records  # type: ignore[return-value]
+                first = k == 0 or p.docs[k - 1].fewshot != p.docs[k].fewshot  # one process reads the block here
+                answers[j] = evaluate_choices(run.lm, p, p.docs[k], bos, cache, charge_fewshot=first)
+        records = []
+        for j, (task, k) in enumerate(batch):
+            doc = prepared[task].docs[k]
+            subject = {"subject": doc.group} if doc.group is not None else {}
+            records.append({"task": task, "doc_id": doc.doc_id, **subject, **answers[j],
+                            "exemplar_ids": prepared[task].exemplar_ids[k]})  # fmt: skip
+        return records
 
     size = rows_per_batch(run.lm, settings.batch_size, run.lm.max_context or 4096)
     units = [(task, k) for task, p in prepared.items() for k in range(len(p.docs))]
-    records = run.map(units, key=lambda u: [u[0], prepared[u[0]].docs[u[1]].doc_id], compute=compute,
-                      unit_name="documents", describe=lambda u: u[0], contiguous=True, batch=size,
-                      compute_batch=compute_batch)  # fmt: skip
+    records = run.map(units, key=lambda u: [u[0], prepared[u[0]].docs[u[1]].doc_id],
+                      compute=lambda u: compute_batch([u])[0], unit_name="documents", describe=lambda u: u[0],
+                      contiguous=True, batch=size, compute_batch=compute_batch)  # fmt: skip
     if records is None:
         return None  # not rank 0
     results = academic_results(prepared, records)

@@ -11,7 +11,6 @@ cache would double its memory). Scores: `metrics.needle`; the grid: `tasks.needl
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,7 +26,7 @@ from ..scoring.generate import generate_branches, parse_batch_size, rows_per_bat
 from ..scoring.requests import bos_policy, chat_prompt, resolve_bos
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
-from ..tasks.needle_haystack import book_files, default_books
+from ..tasks.needle_haystack import book_files, haystack_folder
 from ..tasks.needle_prompts import Encoder, build_prompts, draw_needles, haystack_words, load_needle_task, sample_rng
 from ..tasks.needle_results import needle_results
 from ..tasks.specs import parse_tasks
@@ -197,7 +196,7 @@ def _data(settings: NeedleSettings, specs: dict[str, dict]) -> dict[str, Any]:
     data: dict[str, Any] = {"tasks": {name: {"kind": s["kind"], "metric": s["metric"], "haystack": s.get("haystack",
                             "filler")} for name, s in specs.items()}}  # fmt: skip
     if any(s["kind"] == "ruler_niah" and s["haystack"] == "essay" for s in specs.values()):
-        folder = Path(settings.haystack) if settings.haystack else default_books()
+        folder = haystack_folder(settings.haystack)
         books = book_files(folder)
         data["haystack"] = {"path": str(folder), "books": [p.name for p in books], "sha256": files_sha256(books)}
     return data

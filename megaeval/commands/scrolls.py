@@ -36,7 +36,7 @@ from ..scoring.loglik import read_prefix
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.data import data_folders
 from ..tasks.scrolls_docs import TRUNCATIONS, Example
-from ..tasks.scrolls_evaluate import evaluate_example, evaluate_examples, fit_prefix
+from ..tasks.scrolls_evaluate import evaluate_examples, fit_prefix
 from ..tasks.scrolls_prepare import ScrollsTask, prepare_scrolls_task
 from ..tasks.scrolls_results import prediction_results, scrolls_results
 from ..tasks.specs import parse_tasks
@@ -111,25 +111,12 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: dict[str, ScrollsTask]
     prefixes: dict[str, State] = {}  # each task's prefix state, read when its first example comes
     meter = PeakMemory(lm.device)
 
-    def compute(unit: tuple[str, Example]) -> dict[str, Any]:
-        name, example = unit
-        if name not in prefixes:
-            prefixes[name] = read_prefix(lm, fits[name].ids).state
-        measured: dict[str, int] = {}
-
-        def after_prompt(state: State) -> None:  # a chunk-parallel group: its largest shard
-            measured[STATE] = group_max(run.ctx.chunk, state.nbytes())
-
-        meter.reset()
-        record = evaluate_example(lm, tasks[name], fits[name], prefixes[name], example, settings.truncation,
-                                  after_prompt)  # fmt: skip
-        return {**record, MEMORY: group_max(run.ctx.chunk, meter.peak()), STATE: measured[STATE]}
-
     def measure(sizes: list[int]) -> Callable[[State], None]:  # each prompt's state size (a group: its largest)
         return lambda state: sizes.append(group_max(run.ctx.chunk, state.nbytes()))
 
     def compute_batch(batch: list[tuple[str, Example]]) -> list[dict[str, Any]]:
-        """Examples in order, those of one task answered together; each gets its batch's peak memory."""
+        """Examples' records in order (units come task by task), those of one task answered together (`size` at a
+        time); each gets the peak memory of its task's part of the batch."""
         records: list[dict[str, Any]] = []
         for name in dict.fromkeys(n for n, _ in batch):
             if name not in prefixes:
@@ -145,8 +132,9 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: dict[str, ScrollsTask]
 
     size = rows_per_batch(lm, settings.batch_size, lm.max_context or 4096)
     units = [(name, example) for name, task in tasks.items() for example in task.examples]
-    records = run.map(units, key=lambda u: [u[0], u[1].id], compute=compute, unit_name="examples",
-                      describe=lambda u: u[0], batch=size, compute_batch=compute_batch)  # fmt: skip
+    records = run.map(units, key=lambda u: [u[0], u[1].id], compute=lambda u: compute_batch([u])[0],
+                      unit_name="examples", describe=lambda u: u[0], batch=size,
+                      compute_batch=compute_batch)  # fmt: skip
     if records is None:
         return None  # not rank 0
     results = scrolls_results(tasks, records)

@@ -43,22 +43,38 @@ def greedy_generate(
     there), or after `max_new_tokens` tokens.
     """
     stop = [s for s in (stop or []) if s]
-    tokens: list[int] = []
-    text = ""
-    while len(tokens) < max_new_tokens:
-        token = int(torch.argmax(logits))
-        if token == lm.tokenizer.eos_id:
-            return Generation(text, tokens, "eos")
-        tokens.append(token)
-        text = lm.tokenizer.decode(tokens)
-        cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
-        if cut >= 0:
-            return Generation(text[:cut], tokens, "stop")
-        if len(tokens) == max_new_tokens:
-            break
-        step, state = lm.forward(torch.tensor([[token]], device=lm.device), state)
+    row = _Row(0, [])
+    while True:
+        ended = _greedy_step(lm, row, int(torch.argmax(logits)), max_new_tokens, stop)
+        if ended is not None:
+            return ended
+        step, state = lm.forward(torch.tensor([[row.tokens[-1]]], device=lm.device), state)
         logits = require_finite(step[0, -1], "the logits of a generated token")
-    return Generation(text, tokens, "length")
+
+
+@dataclass
+class _Row:
+    """A continuation being decoded: where its answer goes, its tokens so far and their text."""
+
+    index: int
+    tokens: list[int]
+    text: str = ""
+
+
+def _greedy_step(lm: StreamingLM, row: _Row, token: int, max_new_tokens: int, stop: list[str]) -> Generation | None:
+    """One greedy token for a row, the one rule of every greedy loop here: the row's Generation if it ends here."""
+    if max_new_tokens < 1:
+        return Generation("", [], "length")
+    if token == lm.tokenizer.eos_id:
+        return Generation(row.text, row.tokens, "eos")
+    row.tokens.append(token)
+    row.text = lm.tokenizer.decode(row.tokens)
+    cut = min((i for i in (row.text.find(s) for s in stop) if i >= 0), default=-1)
+    if cut >= 0:
+        return Generation(row.text[:cut], row.tokens, "stop")
+    if len(row.tokens) == max_new_tokens:
+        return Generation(row.text, row.tokens, "length")
+    return None
 
 
 def parse_batch_size(value: str | int) -> str | int:
@@ -150,13 +166,6 @@ def generate_branches(
     return decode_rows(lm, rows, max_new_tokens, stop, batch_size), counter[0]
 
 
-@dataclass
-class _Row:
-    index: int
-    tokens: list[int]
-    text: str = ""
-
-
 def decode_rows(
     lm: StreamingLM, rows: Iterable[tuple[torch.Tensor, State]], max_new_tokens: int, stop: list[str] | None = None,
     batch_size: int = 1,
@@ -211,22 +220,6 @@ def decode_rows(
             logits = require_finite(out[:, -1], "the logits of a generated token")
         else:
             logits = None
-
-
-def _greedy_step(lm: StreamingLM, row: _Row, token: int, max_new_tokens: int, stop: list[str]) -> Generation | None:
-    """One greedy token for a row, as `greedy_generate` takes it: the row's Generation if it ends here."""
-    if max_new_tokens < 1:
-        return Generation("", [], "length")
-    if token == lm.tokenizer.eos_id:
-        return Generation(row.text, row.tokens, "eos")
-    row.tokens.append(token)
-    row.text = lm.tokenizer.decode(row.tokens)
-    cut = min((i for i in (row.text.find(s) for s in stop) if i >= 0), default=-1)
-    if cut >= 0:
-        return Generation(row.text[:cut], row.tokens, "stop")
-    if len(row.tokens) == max_new_tokens:
-        return Generation(row.text, row.tokens, "length")
-    return None
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:

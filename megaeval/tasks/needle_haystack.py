@@ -81,8 +81,11 @@ def split_sentences(text: str) -> list[str]:
     return sentences
 
 
-def default_books() -> Path:
-    """The haystack books shipped with megaeval: Jane Austen's six novels (public domain)."""
+def haystack_folder(haystack: str | None) -> Path:
+    """The folder of haystack books: --haystack, else those shipped with megaeval (Jane Austen's six novels, public
+    domain)."""
+    if haystack:
+        return Path(haystack)
     return Path(str(resources.files("megaeval.data_prep").joinpath("corpora", "austen")))
 
 

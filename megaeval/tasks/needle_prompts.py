@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from random import Random
 from typing import Any
 
 import numpy as np
 
 from ..errors import fail
-from .needle_haystack import RULER_DEPTHS, book_words, default_books, essay_sentences, random_value, split_sentences
+from .needle_haystack import RULER_DEPTHS, book_words, essay_sentences, haystack_folder, random_value, split_sentences
 from .specs import load_spec
 
 KINDS = ("passkey", "ruler_niah")
@@ -143,7 +142,7 @@ def haystack_words(spec: dict[str, Any], haystack: str | None) -> tuple[str, ...
     """The books' words for an essay haystack (the default books unless --haystack), else nothing."""
     if spec["kind"] != "ruler_niah" or spec["haystack"] != "essay":
         return ()
-    return book_words(str(Path(haystack) if haystack else default_books()))
+    return book_words(str(haystack_folder(haystack)))
 
 
 # (task text, answer prefix) -> (the ids the model reads, the whole prompt's text, where the task text starts in it)

@@ -48,16 +48,6 @@ def fit_prefix(lm: StreamingLM, task: ScrollsTask, bos: bool | str, truncation: 
     return fit
 
 
-def evaluate_example(
-    lm: StreamingLM, task: ScrollsTask, fit: FewShotFit, prefix: State, example: Example, truncation: str = "middle",
-    after_prompt: Callable[[State], None] | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Answer one example from a copy of the prefix's state (`prefix`, read from `fit.ids`); its samples record.
-
-    `after_prompt` sees the state once the prompt is read (a run measures its size there)."""
-    return evaluate_examples(lm, task, fit, prefix, [example], truncation, after_prompt)[0]
-
-
 def evaluate_examples(
     lm: StreamingLM, task: ScrollsTask, fit: FewShotFit, prefix: State, examples: list[Example],
     truncation: str = "middle", after_prompt: Callable[[State], None] | None = None, batch_size: int = 1,

@@ -48,8 +48,7 @@ class HFState:
         if length == 0:
             return HFState(None, 0, batch)
         like = next(s.cache for s in states if s.length)
-        cache = copy.copy(like)
-        cache.layers = [copy.copy(layer) for layer in like.layers]
+        cache = fresh_layers(like)
         for i, layer in enumerate(cache.layers):
             for name in ("keys", "values"):
                 parts = []
@@ -71,8 +70,7 @@ class HFState:
         if self.cache is None:
             return HFState(None, 0, len(rows))
         index = torch.tensor(rows, dtype=torch.long, device=cache_tensors(self.cache)[0].device)
-        cache = copy.copy(self.cache)
-        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        cache = fresh_layers(self.cache)
         for layer in cache.layers:
             for name in ("keys", "values"):
                 setattr(layer, name, getattr(layer, name).index_select(0, index)[..., drop:, :])
@@ -93,9 +91,16 @@ def _copy(pads: list[int] | None) -> list[int] | None:
 def repeated_cache(cache: Any, n: int) -> Any:
     """A transformers cache whose rows are each `cache`'s repeated n times; `cache` is left as it was (fresh
     layer objects: batch_repeat_interleave rebinds their tensors, never writes them)."""
+    out = fresh_layers(cache)
+    out.batch_repeat_interleave(n)
+    return out
+
+
+def fresh_layers(cache: Any) -> Any:
+    """A shallow copy of a transformers cache with its own layer objects: rebinding a layer's keys or values in the
+    copy leaves `cache` as it was (the tensors themselves are shared until rebound)."""
     out = copy.copy(cache)
     out.layers = [copy.copy(layer) for layer in cache.layers]
-    out.batch_repeat_interleave(n)
     return out
 
 

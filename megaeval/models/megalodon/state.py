@@ -131,7 +131,8 @@ class MegalodonState:
         """A state of the given rows only, in that order (this one is left as it was); the chunk caches keep the
         padding the kept rows need, none when they are all at one position."""
         index = torch.tensor(rows, dtype=torch.long, device=self.final_norm.mean.device)
-        positions, fills = [self.positions()[r] for r in rows], [self.row_fills()[r] for r in rows]
+        every_position, every_fill = self.positions(), self.row_fills()
+        positions, fills = [every_position[r] for r in rows], [every_fill[r] for r in rows]
         width = max(fills, default=0)
 
         def norm(n: NormState) -> NormState:

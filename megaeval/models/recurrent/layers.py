@@ -36,3 +36,23 @@ def stacked_rows(layer_states: list[Any]) -> Any:
 def selected_rows(layer_state: Any, index: Tensor) -> Any:
     """The layer state of the rows at `index` only (new tensors)."""
     return type(layer_state)(*(getattr(layer_state, f.name).index_select(0, index) for f in fields(layer_state)))
+
+
+class PositionFreeRows:
+    """`stack` and `select` for a state of per-layer dataclasses of [B, ...] tensors (`layers`) and a `position` that
+    is bookkeeping only: rows of a recurrence need no positions (a stacked batch keeps the largest)."""
+
+    layers: list[Any]
+    position: int
+
+    @classmethod
+    def stack(cls, states: list[Any]) -> Any:
+        """One batch of the rows of `states`, in order."""
+        layers = [stacked_rows([s.layers[i] for s in states]) for i in range(len(states[0].layers))]
+        return cls(layers, max(s.position for s in states))
+
+    def select(self, rows: list[int]) -> Any:
+        """A state of the given rows only, in that order (this one is left as it was)."""
+        first = self.layers[0]
+        index = torch.tensor(rows, dtype=torch.long, device=getattr(first, fields(first)[0].name).device)
+        return type(self)([selected_rows(s, index) for s in self.layers], self.position)

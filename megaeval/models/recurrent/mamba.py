@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ...errors import fail
 from ...kernels.common import acc_dtype
 from .config import flag, positive_float, positive_int
-from .layers import causal_conv, output_logits, selected_rows, stacked_rows
+from .layers import PositionFreeRows, causal_conv, output_logits
 from .scan import scan, scan_reference
 
 Scan = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
@@ -102,7 +102,7 @@ class MambaLayerState:
 
 
 @dataclass
-class MambaState:
+class MambaState(PositionFreeRows):
     """Every layer's conv and SSM state, and the number of tokens consumed."""
 
     layers: list[MambaLayerState]
@@ -119,18 +119,6 @@ class MambaState:
     def repeat(self, n: int) -> MambaState:
         """A state for B * n sequences, row i * n + j a copy of row i (this one is left as it was)."""
         return MambaState([s.repeat(n) for s in self.layers], self.position)
-
-    @staticmethod
-    def stack(states: list[MambaState]) -> MambaState:
-        """One batch of the rows of `states`, in order. Rows need no positions (`position` is bookkeeping: the
-        largest is kept)."""
-        layers = [stacked_rows([s.layers[i] for s in states]) for i in range(len(states[0].layers))]
-        return MambaState(layers, max(s.position for s in states))
-
-    def select(self, rows: list[int]) -> MambaState:
-        """A state of the given rows only, in that order (this one is left as it was)."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].ssm.device)
-        return MambaState([selected_rows(s, index) for s in self.layers], self.position)
 
     def nbytes(self) -> int:
         """Bytes of the conv and SSM tensors (constant in tokens consumed)."""

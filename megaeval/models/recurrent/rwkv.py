@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from ...errors import fail
 from ...kernels.common import acc_dtype
 from .config import filled, flag, positive_float, positive_int
-from .layers import output_logits, selected_rows, stacked_rows
+from .layers import PositionFreeRows, output_logits
 
 EMPTY_MAX = -1e38  # the max of a state holding nothing (transformers' convention; exp(-1e38 - x) is 0)
 
@@ -88,7 +88,7 @@ class RwkvLayerState:
 
 
 @dataclass
-class RwkvState:
+class RwkvState(PositionFreeRows):
     """Every layer's state, and the number of tokens consumed."""
 
     layers: list[RwkvLayerState]
@@ -105,18 +105,6 @@ class RwkvState:
     def repeat(self, n: int) -> RwkvState:
         """A state for B * n sequences, row i * n + j a copy of row i (this one is left as it was)."""
         return RwkvState([s.repeat(n) for s in self.layers], self.position)
-
-    @staticmethod
-    def stack(states: list[RwkvState]) -> RwkvState:
-        """One batch of the rows of `states`, in order. Rows need no positions (`position` is bookkeeping: the
-        largest is kept)."""
-        layers = [stacked_rows([s.layers[i] for s in states]) for i in range(len(states[0].layers))]
-        return RwkvState(layers, max(s.position for s in states))
-
-    def select(self, rows: list[int]) -> RwkvState:
-        """A state of the given rows only, in that order (this one is left as it was)."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].num.device)
-        return RwkvState([selected_rows(s, index) for s in self.layers], self.position)
 
     def nbytes(self) -> int:
         """Bytes of every tensor held (constant in tokens consumed)."""

@@ -74,7 +74,8 @@ class RFAState:
         """A state of the given rows only, in that order (this one is left as it was)."""
         index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].z.device)
         layers = [RFALayerState(s.s.index_select(0, index), s.z.index_select(0, index)) for s in self.layers]
-        positions = [self.positions()[r] for r in rows]
+        every = self.positions()
+        positions = [every[r] for r in rows]
         return RFAState(layers, positions[0] if len(set(positions)) == 1 else positions)
 
     def positions(self) -> list[int]:
