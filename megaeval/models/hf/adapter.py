@@ -24,6 +24,7 @@ from ..base import StreamingLM
 from ..options import as_bool
 from . import checkpoint
 from .config import check_weights, locate, max_context_of, refuse_remote_code
+from .gguf_reading import fast_reading
 from .model import HFState, refuse_non_causal
 
 STEP_TOKENS = 512  # tokens per model call: bounds the [B, step, V] logits alive at once
@@ -190,6 +191,19 @@ class HFCausalLM(StreamingLM):
         """The KV cache after `tokens`, computing no logits (one position per step, when the model must)."""
         return self.forward_last(tokens, state, 0)[1]
 
+    def read_rows(self, rows: list[list[int]]) -> list[HFState]:
+        """Fresh states after each of `rows`, read in one call: rows padded on the left, the padding masked (the
+        state's `pads`) and each row's positions its own; then each row's state on its own."""
+        if len(rows) < 2:
+            return super().read_rows(rows)
+        width = max(len(row) for row in rows)
+        tokens = torch.zeros(len(rows), width, dtype=torch.long)
+        for r, row in enumerate(rows):
+            tokens[r, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        state = HFState(None, 0, len(rows), [width - len(row) for row in rows])
+        state = self.advance(tokens.to(self.device), state)
+        return [state.select([r]) for r in range(len(rows))]
+
     @torch.inference_mode()
     def score(self, inputs: torch.Tensor, targets: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:
         """NLL [B, T] of `targets`; at most STEP_TOKENS positions of logits are alive at once."""
@@ -257,9 +271,10 @@ def load_tokenizer(
     """The tokenizer of a local transformers model (directory or GGUF), offline."""
     checkpoint.transformers_module()
     trust_remote_code = as_bool("trust_remote_code", trust_remote_code)
-    path, gguf_file = locate(Path(path), gguf_file)
-    refuse_remote_code(path, trust_remote_code)
-    tok = checkpoint.read_tokenizer(path, gguf_file, trust_remote_code)
+    with fast_reading():
+        path, gguf_file = locate(Path(path), gguf_file)
+        refuse_remote_code(path, trust_remote_code)
+        tok = checkpoint.read_tokenizer(path, gguf_file, trust_remote_code)
     return HFTokenizer(tok, str(path / gguf_file) if gguf_file else str(path))
 
 
@@ -276,10 +291,11 @@ def load(
     """Load a local transformers causal LM. Remote code runs only with trust_remote_code=true."""
     checkpoint.transformers_module()
     trust_remote_code = as_bool("trust_remote_code", trust_remote_code)
-    path, gguf_file = locate(Path(path), gguf_file)
-    check_weights(path, gguf_file, checkpoint.WEIGHT_SUFFIXES)
-    tokenizer = load_tokenizer(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
-    model = checkpoint.read_model(path, dtype, gguf_file, trust_remote_code, attn_implementation)
+    with fast_reading():  # a GGUF file is parsed once for the tokenizer, the config and the weights
+        path, gguf_file = locate(Path(path), gguf_file)
+        check_weights(path, gguf_file, checkpoint.WEIGHT_SUFFIXES)
+        tokenizer = load_tokenizer(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
+        model = checkpoint.read_model(path, dtype, gguf_file, trust_remote_code, attn_implementation)
     model.to(device)
     max_context = max_context_of(model.config, path, max_context)
     if tokenizer.vocab_size > model.config.vocab_size:

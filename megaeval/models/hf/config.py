@@ -72,12 +72,12 @@ def refuse_architecture(path: Path, model_type: Any) -> None:
 
 def _check_gguf(file: Path) -> None:
     """A GGUF file must be whole: its header, metadata and tensor table read back (a cut copy is named here)."""
-    try:
-        import gguf
+    from .gguf_reading import gguf, open_gguf
 
-        gguf.GGUFReader(file)
-    except ImportError:
-        raise fail("reading GGUF models needs the gguf package", "pip install 'megaeval[hf]'") from None
+    if gguf is None:
+        raise fail("reading GGUF models needs the gguf package", "pip install 'megaeval[hf]'")
+    try:
+        open_gguf(file)
     except Exception as e:  # struct errors, ValueError, ... for a cut or foreign file
         raise fail(f"{file} is not a readable GGUF file ({' '.join(str(e).split())[:100]})",
                    "the file is damaged or truncated; copy it again") from None  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -75,6 +76,7 @@ class MegalodonState:
     position: int | list[int]  # one per row in a batch stacked from states of different lengths
     history: Tensor | None = None  # last tokens, kept only by the official-window norm mode
     fills: list[int] | None = None  # stacked rows: keys and values each row's chunk cache holds (the rest is padding)
+    rows_share_calls: ClassVar[bool] = False  # stacked rows at different positions read more than a token row by row
 
     def clone(self) -> MegalodonState:
         """A deep copy (e.g. to reuse a few-shot prefix for many continuations)."""

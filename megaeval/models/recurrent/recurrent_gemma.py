@@ -8,6 +8,10 @@ of the last `attention_window_size - 1` tokens: a query attends to itself and th
 growing once the window is full (it is allocated full from the start: its size never changes). Rotary angles are
 computed in float32 as transformers computes them (float64 for float64 models). Parameter names are transformers'
 (RecurrentGemmaForCausalLM).
+
+Rows at different positions (a state stacked from states of different lengths) carry one position per row: each
+row's rotary angles, window mask and reset at position 0 follow its own position, and its window slots before its
+first token stay masked (`ChunkedStreamingLM` steps such rows together one token at a time, longer calls row by row).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ...errors import fail
 from ...kernels.common import acc_dtype
 from .config import filled, flag, positive_float, positive_int
 from .layers import causal_conv, output_logits
+from .recurrent_gemma_state import AttentionLayerState, RecurrentGemmaState, RecurrentLayerState
 from .scan import scan, scan_reference
 
 QUERY_CHUNK = 256  # queries whose scores over the window are alive at once
@@ -103,63 +108,6 @@ class RecurrentGemmaConfig:
         return c
 
 
-# ----------------------------------------------------------------------------------------- state
-
-
-@dataclass
-class RecurrentLayerState:
-    """A recurrent layer: the conv's last inputs [B, W, k-1] (model dtype) and the RG-LRU state [B, W]."""
-
-    conv: Tensor
-    lru: Tensor
-
-    def clone(self) -> RecurrentLayerState:
-        return RecurrentLayerState(self.conv.clone(), self.lru.clone())
-
-    def repeat(self, n: int) -> RecurrentLayerState:
-        return RecurrentLayerState(self.conv.repeat_interleave(n, 0), self.lru.repeat_interleave(n, 0))
-
-
-@dataclass
-class AttentionLayerState:
-    """An attention layer: keys and values [B, Hkv, window - 1, d] of the tokens before, the latest last (slots
-    before the first token of a sequence hold zeros and are never attended to)."""
-
-    keys: Tensor
-    values: Tensor
-
-    def clone(self) -> AttentionLayerState:
-        return AttentionLayerState(self.keys.clone(), self.values.clone())
-
-    def repeat(self, n: int) -> AttentionLayerState:
-        return AttentionLayerState(self.keys.repeat_interleave(n, 0), self.values.repeat_interleave(n, 0))
-
-
-@dataclass
-class RecurrentGemmaState:
-    """Every layer's state, and the number of tokens consumed."""
-
-    layers: list[RecurrentLayerState | AttentionLayerState]
-    position: int = 0
-
-    @property
-    def batch_size(self) -> int:
-        first = self.layers[0]
-        return (first.lru if isinstance(first, RecurrentLayerState) else first.keys).shape[0]
-
-    def clone(self) -> RecurrentGemmaState:
-        """A deep copy sharing no tensor."""
-        return RecurrentGemmaState([s.clone() for s in self.layers], self.position)
-
-    def repeat(self, n: int) -> RecurrentGemmaState:
-        """A state for B * n sequences, row i * n + j a copy of row i (this one is left as it was)."""
-        return RecurrentGemmaState([s.repeat(n) for s in self.layers], self.position)
-
-    def nbytes(self) -> int:
-        """Bytes of every tensor held (constant: the attention window is allocated whole)."""
-        return sum(t.numel() * t.element_size() for s in self.layers for t in vars(s).values())
-
-
 # ------------------------------------------------------------------------------------- modules
 
 
@@ -194,15 +142,16 @@ class RGLRU(nn.Module):
         blocks = x.unflatten(-1, (weight.shape[0], -1))
         return torch.sigmoid(torch.einsum("bthi,hij->bthj", blocks, weight) + bias).flatten(-2)
 
-    def forward(self, x: Tensor, h0: Tensor, position: int, chunk: int, scan_fn: Any) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, h0: Tensor, position: int | Tensor, chunk: int, scan_fn: Any) -> tuple[Tensor, Tensor]:
         input_gate = self.gate(x, self.input_gate_weight, self.input_gate_bias)
         log_a = (
             -8.0 * self.gate(x, self.recurrent_gate_weight, self.recurrent_gate_bias) * F.softplus(self.recurrent_param)
         )
         a, multiplier = torch.exp(log_a), torch.sqrt(1 - torch.exp(2 * log_a))
-        if position == 0:  # the first token of a sequence: no decay of the (empty) state, no input scaling
-            first = torch.zeros_like(a[:, :1])
-            a, multiplier = torch.cat([first, a[:, 1:]], 1), torch.cat([first + 1, multiplier[:, 1:]], 1)
+        if not isinstance(position, int) or position == 0:
+            # a sequence's first token (absolute position 0): no decay of the (empty) state, no input scaling
+            first = (torch.arange(x.shape[1], device=x.device) + position == 0)[..., None]  # [B or 1, T, 1]
+            a, multiplier = a.masked_fill(first, 0.0), multiplier.masked_fill(first, 1.0)
         b = (x * input_gate * multiplier.to(x.dtype)).to(h0.dtype)
         a = a.to(h0.dtype)
         outs, h = [], h0
@@ -225,7 +174,7 @@ class RecurrentBlock(nn.Module):
         self.conv_1d = nn.Conv1d(W, W, kernel_size=c.conv1d_width, groups=W, padding=c.conv1d_width - 1)
         self.rg_lru = RGLRU(c)
 
-    def forward(self, x: Tensor, st: RecurrentLayerState, position: int, chunk: int, scan_fn: Any):
+    def forward(self, x: Tensor, st: RecurrentLayerState, position: int | Tensor, chunk: int, scan_fn: Any):
         y = F.gelu(self.linear_y(x), approximate="tanh")
         u, conv = causal_conv(self.linear_x(x), st.conv, self.conv_1d, silu=False)
         u, h = self.rg_lru(u, st.lru, position, chunk, scan_fn)
@@ -233,12 +182,12 @@ class RecurrentBlock(nn.Module):
 
 
 def rotary(x: Tensor, positions: Tensor, c: RecurrentGemmaConfig) -> Tensor:
-    """Rotary embedding of the first head_dim * partial_rotary_factor channels of x [B, H, T, d] (angles in float32,
-    as transformers computes them; float64 for float64 models)."""
+    """Rotary embedding of the first head_dim * partial_rotary_factor channels of x [B, H, T, d] at `positions`
+    [B or 1, T] (angles in float32, as transformers computes them; float64 for float64 models)."""
     dim, wide = int(c.head_dim * c.partial_rotary_factor), acc_dtype(x.dtype)
     inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim))
-    angles = positions.to(wide)[:, None] * inv_freq.to(wide)
-    emb = torch.cat([angles, angles], -1)
+    angles = positions.to(wide)[..., None] * inv_freq.to(wide)
+    emb = torch.cat([angles, angles], -1)[:, None]  # [B or 1, 1, T, dim]: the same angles for every head
     cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
     rot, rest = x[..., :dim], x[..., dim:]
     half = torch.cat([-rot[..., dim // 2 :], rot[..., : dim // 2]], -1)
@@ -257,24 +206,24 @@ class LocalAttention(nn.Module):
         self.v_proj = nn.Linear(c.hidden_size, K * d, bias=c.attention_bias)
         self.o_proj = nn.Linear(H * d, c.hidden_size, bias=True)
 
-    def forward(self, x: Tensor, st: AttentionLayerState, position: int, chunk: int, scan_fn: Any):
+    def forward(self, x: Tensor, st: AttentionLayerState, position: int | Tensor, chunk: int, scan_fn: Any):
         c = self.config
         B, T, _ = x.shape
         d, H, K, window = c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.attention_window_size
-        positions = torch.arange(position, position + T, device=x.device)
+        positions = (torch.arange(T, device=x.device) + position).view(-1, T)  # [B or 1, T]
         q = rotary(self.q_proj(x).view(B, T, H, d).transpose(1, 2), positions, c)
         k = rotary(self.k_proj(x).view(B, T, K, d).transpose(1, 2), positions, c)
         v = self.v_proj(x).view(B, T, K, d).transpose(1, 2)
         keys, values = torch.cat([st.keys.to(k.dtype), k], 2), torch.cat([st.values.to(v.dtype), v], 2)
         held = window - 1  # slots of the state; key slot j holds absolute position position - held + j
-        key_pos = torch.arange(position - held, position + T, device=x.device)
+        key_pos = (torch.arange(-held, T, device=x.device) + position).view(-1, held + T)  # [B or 1, held + T]
         outs = []
         for s in range(0, T, QUERY_CHUNK):
             e = min(T, s + QUERY_CHUNK)
             lo = s  # the first key any query of [s, e) can see: position s - held, slot s
             kk, vv = keys[:, :, lo : held + e], values[:, :, lo : held + e]
-            qpos, kpos = positions[s:e, None], key_pos[None, lo : held + e]
-            allowed = (kpos <= qpos) & (kpos > qpos - window) & (kpos >= 0)
+            qpos, kpos = positions[:, s:e, None], key_pos[:, None, lo : held + e]
+            allowed = ((kpos <= qpos) & (kpos > qpos - window) & (kpos >= 0))[:, None]  # [B or 1, 1, q, k]
             kk, vv = kk.repeat_interleave(H // K, 1), vv.repeat_interleave(H // K, 1)
             scores = (q[:, :, s:e] @ kk.transpose(-1, -2)) * d**-0.5
             scores = scores.masked_fill(~allowed, -math.inf)
@@ -309,7 +258,7 @@ class ResidualBlock(nn.Module):
         self.channel_pre_norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp_block = MLP(c)
 
-    def forward(self, x: Tensor, st: Any, position: int, chunk: int, scan_fn: Any) -> tuple[Tensor, Any]:
+    def forward(self, x: Tensor, st: Any, position: int | Tensor, chunk: int, scan_fn: Any) -> tuple[Tensor, Any]:
         out, st = self.temporal_block(self.temporal_pre_norm(x), st, position, chunk, scan_fn)
         x = x + out
         return x + self.mlp_block(self.channel_pre_norm(x)), st
@@ -355,13 +304,20 @@ class RecurrentGemmaModel(nn.Module):
         return RecurrentGemmaState([layer(kind) for kind in c.layer_kinds()])
 
     def forward(self, tokens: Tensor, state: RecurrentGemmaState, scan_fn: Any = scan) -> tuple[Tensor, Any]:
-        """Final hidden states [B, T, D] (after final_norm) of tokens [B, T] after `state`, and the state after."""
+        """Final hidden states [B, T, D] (after final_norm) of tokens [B, T] after `state`, and the state after
+        (rows at different positions: each at its own)."""
         x = self.model.embed_tokens(tokens) * self.normalizer
+        T, pos = tokens.shape[1], state.position
+        if T == 0:  # rows at different positions take even an empty call here (see `_run_rows`)
+            return self.model.final_norm(x), state
+        # the position of the first token: one int, or each row's [B, 1] (copied to the device once per call)
+        start = pos if isinstance(pos, int) else torch.tensor(pos, device=tokens.device)[:, None]
         layers = []
         for block, st in zip(self.model.layers, state.layers, strict=True):
-            x, st = block(x, st, state.position, self.chunk, scan_fn)
+            x, st = block(x, st, start, self.chunk, scan_fn)
             layers.append(st)
-        return self.model.final_norm(x), RecurrentGemmaState(layers, state.position + tokens.shape[1])
+        after = pos + T if isinstance(pos, int) else [p + T for p in pos]
+        return self.model.final_norm(x), RecurrentGemmaState(layers, after)
 
     def forward_reference(self, tokens: Tensor, state: RecurrentGemmaState) -> tuple[Tensor, Any]:
         """`forward` with the RG-LRU as a token loop (the tests' reference for the chunked scan)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,7 @@ class RFAState:
 
     layers: list[RFALayerState]
     position: int | list[int]
+    rows_share_calls: ClassVar[bool] = False  # stacked rows at different positions read more than a token row by row
 
     @property
     def batch_size(self) -> int:
