@@ -48,7 +48,7 @@ from .errors import MegaevalError, fail
 from .models import StreamingLM, load_model
 from .scoring.finite import require_finite
 from .scoring.generate import decode_rows, parse_batch_size, prefill, rows_per_batch
-from .scoring.requests import bos_policy, bos_prefix, score_requests, truncate_prompt
+from .scoring.requests import bos_policy, bos_prefix, score_request_pair_sets, truncate_prompt
 from .scoring.windows import parse_window_policy, score_windows
 
 log = logging.getLogger(__name__)
@@ -60,21 +60,25 @@ DEFAULT_MAX_GEN_TOKS = 256  # the harness's own default
 _JOINED: DistContext | None = None  # the process group this process joined under torchrun, if any
 
 
-def loglikelihoods(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], progress: bool = False
-                   ) -> list[tuple[float, bool]]:  # fmt: skip
+def loglikelihoods(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], progress: bool = False,
+                   batch_size: int = 1) -> list[tuple[float, bool]]:  # fmt: skip
     """(log-probability, is_greedy) of each (context ids, continuation ids), in the given order.
 
     Requests are grouped by context: each distinct context is read once and its continuations are
     scored from clones of its state, so the numbers do not depend on the order of the requests.
+    `batch_size` contexts are scored together (`score_request_pair_sets`: their choices share calls).
     """
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, (context, _) in enumerate(pairs):
         groups.setdefault(tuple(context), []).append(i)
     out: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
-    for context, members in tqdm(groups.items(), desc="megaeval loglikelihood", disable=not progress):
-        scored = score_requests(lm, list(context), [list(pairs[i][1]) for i in members])
-        for i, logprob, greedy in zip(members, scored.loglikelihoods, scored.is_greedy, strict=True):
-            out[i] = (logprob, greedy)
+    items = list(groups.items())
+    chunks = [items[k : k + max(batch_size, 1)] for k in range(0, len(items), max(batch_size, 1))]
+    for chunk in tqdm(chunks, desc="megaeval loglikelihood", disable=not progress):
+        sets = [([(list(context), list(pairs[i][1])) for i in members], None) for context, members in chunk]
+        for (_, members), scored in zip(chunk, score_request_pair_sets(lm, sets), strict=True):
+            for i, logprob, greedy in zip(members, scored.loglikelihoods, scored.is_greedy, strict=True):
+                out[i] = (logprob, greedy)
     return out
 
 
@@ -261,7 +265,8 @@ class MegaevalLM(TemplateLM):
         for (context, _), context_ids, continuation_ids in requests:
             prefix = self.bos_tokens if context else []  # an empty context already is [prefix_token_id]
             pairs.append((prefix + list(context_ids), list(continuation_ids)))
-        results = loglikelihoods(self.model, pairs, progress=not disable_tqdm and self.rank == 0)
+        size = rows_per_batch(self.model, self._rows(), self.model.max_context or DEFAULT_MAX_LENGTH)
+        results = loglikelihoods(self.model, pairs, progress=not disable_tqdm and self.rank == 0, batch_size=size)
         for (strings, _, _), result in zip(requests, results, strict=True):
             if strings[0] is not None:
                 self.cache_hook.add_partial("loglikelihood", strings, result)

@@ -90,6 +90,21 @@ def test_grouped_loglikelihoods_do_not_depend_on_request_order(ids_lm):
         assert abs(alone - logprob) <= 1e-10 and alone_greedy == greedy
 
 
+@pytest.mark.parametrize("batch_size", [3, 8])
+def test_loglikelihoods_in_batches_equal_one_context_at_a_time(ids_lm, batch_size):
+    """Contexts scored `batch_size` at a time (hf: choices of several contexts share calls) give what each gets
+    alone, for a family that shares calls (hf) and one that scores each context on its own (MEGALODON)."""
+    from tests.test_batched_scoring import make_lm
+
+    contexts = [ids(n, seed) for seed, n in enumerate((1, 5, 13, 20, 9, 30))]
+    pairs = [(c, ids(k, 100 * i + k)) for i, c in enumerate(contexts) for k in (1, 2, 7)]
+    for lm in (ids_lm, make_lm("hf", torch.float64)):
+        got = loglikelihoods(lm, pairs, batch_size=batch_size)
+        for (context, cont), (logprob, greedy) in zip(pairs, got, strict=True):
+            alone, alone_greedy = continuation_logprob(lm, context, cont)
+            assert abs(alone - logprob) <= 1e-10 and alone_greedy == greedy
+
+
 def test_rolling_full_is_one_carried_pass(ids_lm):
     doc = [1] + ids(203, 7)  # 25 chunks of 8
     logits, _ = ids_lm.forward(torch.tensor([doc[:-1]]), ids_lm.init_state(1))
