@@ -83,6 +83,19 @@ def test_stacked_rows_of_very_different_lengths_give_each_row_its_own_logits(mod
         assert float((out3[k] - ref_out[0]).abs().max()) <= 1e-10
 
 
+@pytest.mark.parametrize("name", STACKING)
+def test_a_stacked_state_repeated_keeps_each_rows_own_position(models, name):
+    """`repeat(n)` of rows at different positions: row i * n + j continues row i (one token per row)."""
+    lm = models(name)
+    states = [read(lm, ids(lm, n, n), lm.init_state(1), logits=False)[1] for n in (3, 21)]
+    repeated = stack_states([s.clone() for s in states]).repeat(2)
+    nxt = torch.as_tensor(np.stack([ids(lm, 1, 400 + k) for k in range(4)]))
+    out, _ = lm.forward(nxt, repeated)
+    for r in range(4):
+        ref, _ = lm.forward(nxt[r : r + 1], states[r // 2].clone())
+        assert float((out[r] - ref[0]).abs().max()) <= 1e-10
+
+
 def test_selecting_rows_leaves_the_state_as_it_was_and_drops_padding_no_row_needs(models):
     lm = models("embedded:transformer-tiny")
     states = [read(lm, ids(lm, n, n), lm.init_state(1), logits=False)[1] for n in (5, 50)]

@@ -59,6 +59,22 @@ def rows_share_calls(state: State) -> bool:
     return can_stack(state) and getattr(state, "rows_share_calls", True)
 
 
+def one_or_per_row(values: list[int]) -> int | list[int]:
+    """A per-row number (a position, a count) as stacked states keep it: one int when every row has it, else the
+    list, one per row."""
+    return values[0] if len(set(values)) == 1 else values
+
+
+def per_row(value: int | list[int], rows: int) -> list[int]:
+    """Each of `rows` rows' number, from one int or a list of one per row."""
+    return list(value) if isinstance(value, list) else [value] * rows
+
+
+def repeated_rows(value: int | list[int], n: int) -> int | list[int]:
+    """A per-row number after `repeat(n)`: row i * n + j has row i's."""
+    return [v for v in value for _ in range(n)] if isinstance(value, list) else value
+
+
 def stack_states(states: list[State]) -> State:
     """One batch of the rows of `states`, in order (states that `can_stack`)."""
     return states[0] if len(states) == 1 else type(states[0]).stack(states)

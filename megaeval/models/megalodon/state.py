@@ -17,6 +17,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
+from ..base import one_or_per_row, per_row, repeated_rows
+
 
 @dataclass
 class NormState:
@@ -31,21 +33,17 @@ class NormState:
         return NormState(_same(self.count), self.mean.clone(), self.var.clone())
 
     def repeat(self, n: int) -> NormState:
-        count = [c for c in self.count for _ in range(n)] if isinstance(self.count, list) else self.count
-        return NormState(count, self.mean.repeat_interleave(n, 0), self.var.repeat_interleave(n, 0))
+        return NormState(
+            repeated_rows(self.count, n), self.mean.repeat_interleave(n, 0), self.var.repeat_interleave(n, 0)
+        )
 
     def counts(self) -> list[int]:
         """Each row's count."""
-        return list(self.count) if isinstance(self.count, list) else [self.count] * self.mean.shape[0]
+        return per_row(self.count, self.mean.shape[0])
 
 
 def _same(value: int | list[int]) -> int | list[int]:
     return list(value) if isinstance(value, list) else value
-
-
-def _one_or_rows(values: list[int]) -> int | list[int]:
-    """One number when every row has it, else one per row."""
-    return values[0] if len(set(values)) == 1 else values
 
 
 @dataclass
@@ -89,7 +87,7 @@ class MegalodonState:
         """A state for B * n sequences: row i * n + j is a copy of row i (this state is left as it was)."""
         history = None if self.history is None else self.history.repeat_interleave(n, 0)
         layers = [s.repeat(n) for s in self.layers]
-        position = [p for p in self.position for _ in range(n)] if isinstance(self.position, list) else self.position
+        position = repeated_rows(self.position, n)
         fills = None if self.fills is None else [f for f in self.fills for _ in range(n)]
         return MegalodonState(layers, self.final_norm.repeat(n), position, history, fills)
 
@@ -100,8 +98,7 @@ class MegalodonState:
 
     def positions(self) -> list[int]:
         """Each row's position."""
-        rows = self.final_norm.mean.shape[0]
-        return list(self.position) if isinstance(self.position, list) else [self.position] * rows
+        return per_row(self.position, self.final_norm.mean.shape[0])
 
     def row_fills(self) -> list[int]:
         """Keys and values each row's partial chunk holds."""
@@ -113,7 +110,7 @@ class MegalodonState:
         (the chunk caches padded on the right to the longest; `rows_attention` reads each row's own)."""
 
         def norms(parts: list[NormState]) -> NormState:
-            count = _one_or_rows([c for n in parts for c in n.counts()])
+            count = one_or_per_row([c for n in parts for c in n.counts()])
             return NormState(count, torch.cat([n.mean for n in parts]), torch.cat([n.var for n in parts]))
 
         def padded(parts: list[Tensor]) -> Tensor:
@@ -125,7 +122,7 @@ class MegalodonState:
             mine = [s.layers[i] for s in states]
             layers.append(LayerState(norms([m.norm for m in mine]), torch.cat([m.cema for m in mine]),
                                      padded([m.k for m in mine]), padded([m.v for m in mine])))  # fmt: skip
-        positions = _one_or_rows([p for s in states for p in s.positions()])
+        positions = one_or_per_row([p for s in states for p in s.positions()])
         fills = [f for s in states for f in s.row_fills()] if isinstance(positions, list) else None
         return MegalodonState(layers, norms([s.final_norm for s in states]), positions, None, fills)
 
@@ -139,12 +136,12 @@ class MegalodonState:
 
         def norm(n: NormState) -> NormState:
             counts = n.counts()
-            return NormState(_one_or_rows([counts[r] for r in rows]), n.mean[index], n.var[index])
+            return NormState(one_or_per_row([counts[r] for r in rows]), n.mean[index], n.var[index])
 
         layers = [LayerState(norm(s.norm), s.cema[index], s.k[index][:, :width], s.v[index][:, :width])
                   for s in self.layers]  # fmt: skip
         alike = len(set(positions)) == 1
-        return MegalodonState(layers, norm(self.final_norm), _one_or_rows(positions), None, None if alike else fills)
+        return MegalodonState(layers, norm(self.final_norm), one_or_per_row(positions), None, None if alike else fills)
 
     def tensors(self) -> list[Tensor]:
         """Every tensor held by the state."""

@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from ..base import one_or_per_row, per_row, repeated_rows
 from .layers import selected_rows, stacked_rows
 
 
@@ -41,11 +42,6 @@ class AttentionLayerState:
         return AttentionLayerState(self.keys.repeat_interleave(n, 0), self.values.repeat_interleave(n, 0))
 
 
-def one_or_per_row(positions: list[int]) -> int | list[int]:
-    """One position when every row is at it, else the list (one per row)."""
-    return positions[0] if len(set(positions)) == 1 else positions
-
-
 @dataclass
 class RecurrentGemmaState:
     """Every layer's state, and the number of tokens consumed: one int, or one per row for a batch stacked from
@@ -72,12 +68,11 @@ class RecurrentGemmaState:
 
     def repeat(self, n: int) -> RecurrentGemmaState:
         """A state for B * n sequences, row i * n + j a copy of row i (this one is left as it was)."""
-        position = self.position if isinstance(self.position, int) else [p for p in self.position for _ in range(n)]
-        return RecurrentGemmaState([s.repeat(n) for s in self.layers], position)
+        return RecurrentGemmaState([s.repeat(n) for s in self.layers], repeated_rows(self.position, n))
 
     def positions(self) -> list[int]:
         """Each row's position."""
-        return list(self.position) if isinstance(self.position, list) else [self.position] * self.batch_size
+        return per_row(self.position, self.batch_size)
 
     @staticmethod
     def stack(states: list[RecurrentGemmaState]) -> RecurrentGemmaState:

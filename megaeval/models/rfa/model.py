@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...kernels.common import acc_dtype
+from ..base import one_or_per_row, per_row, repeated_rows
 from .config import RFAConfig
 
 NORM_FLOOR = 1e-6  # ||q|| and ||k|| are clamped here before normalising
@@ -62,7 +63,7 @@ class RFAState:
 
     def repeat(self, n: int) -> RFAState:
         """A state for B * n sequences: row i * n + j is a copy of row i (this state is left as it was)."""
-        return RFAState([s.repeat(n) for s in self.layers], self.position)
+        return RFAState([s.repeat(n) for s in self.layers], repeated_rows(self.position, n))
 
     @staticmethod
     def stack(states: list[RFAState]) -> RFAState:
@@ -70,19 +71,18 @@ class RFAState:
         positions = [p for s in states for p in s.positions()]
         layers = [RFALayerState(torch.cat([s.layers[i].s for s in states]), torch.cat([s.layers[i].z for s in states]))
                   for i in range(len(states[0].layers))]  # fmt: skip
-        return RFAState(layers, positions[0] if len(set(positions)) == 1 else positions)
+        return RFAState(layers, one_or_per_row(positions))
 
     def select(self, rows: list[int]) -> RFAState:
         """A state of the given rows only, in that order (this one is left as it was)."""
         index = torch.tensor(rows, dtype=torch.long, device=self.layers[0].z.device)
         layers = [RFALayerState(s.s.index_select(0, index), s.z.index_select(0, index)) for s in self.layers]
         every = self.positions()
-        positions = [every[r] for r in rows]
-        return RFAState(layers, positions[0] if len(set(positions)) == 1 else positions)
+        return RFAState(layers, one_or_per_row([every[r] for r in rows]))
 
     def positions(self) -> list[int]:
         """Each row's position."""
-        return list(self.position) if isinstance(self.position, list) else [self.position] * self.batch_size
+        return per_row(self.position, self.batch_size)
 
     def tensors(self) -> list[Tensor]:
         """Every tensor held by the state."""
