@@ -72,8 +72,8 @@ def loglikelihoods(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]]
     for i, (context, _) in enumerate(pairs):
         groups.setdefault(tuple(context), []).append(i)
     out: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
-    items = list(groups.items())
-    chunks = [items[k : k + max(batch_size, 1)] for k in range(0, len(items), max(batch_size, 1))]
+    items, step = list(groups.items()), max(batch_size, 1)
+    chunks = [items[k : k + step] for k in range(0, len(items), step)]
     for chunk in tqdm(chunks, desc="megaeval loglikelihood", disable=not progress):
         sets = [([(list(context), list(pairs[i][1])) for i in members], None) for context, members in chunk]
         for (_, members), scored in zip(chunk, score_request_pair_sets(lm, sets), strict=True):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 import torch
 
@@ -254,13 +255,8 @@ def _run_together(lm: StreamingLM, plans: list[_Pending]) -> None:
         group = sorted(group)  # rows of one set next to each other: their state is one repeat
         width = max(widths[i] for i in group)
         last = width - min(needed[id(items[i][0])][items[i][1]] for i in group)
-        runs: list[tuple[_Pending, int]] = []
-        for i in group:
-            if runs and runs[-1][0] is items[i][0]:
-                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-            else:
-                runs.append((items[i][0], 1))
-        state = stack_states([plan.start.copies(n) for plan, n in runs])
+        runs = groupby(items[i][0] for i in group)  # plans compare by identity
+        state = stack_states([plan.start.copies(len(list(rows))) for plan, rows in runs])
         out, _ = lm.forward_last(_padded(lm, [items[i][1] for i in group]), state, last)
         for r, i in enumerate(group):
             plan, tail = items[i]

@@ -83,10 +83,11 @@ def evaluate_choice_docs(
     """`evaluate_choices` for documents of one task scored together: each reads its context once, and their
     choices share model calls where the family allows (`scoring.requests.score_request_pair_sets`)."""
     cache = cache or FewshotCache()
-    prefix = bos_prefix(lm, bos)
+    prefix, options = bos_prefix(lm, bos), prepared.spec["output"] == "multiple_input"
+    metrics = prepared.chosen["metrics"]
     sets, charged = [], []
     for doc, charge in zip(docs, charge_fewshot or [None] * len(docs), strict=True):
-        if prepared.spec["output"] == "multiple_input":  # one continuation after each option's context
+        if options:  # one continuation after each option's context
             pairs = [encode_pair(lm, context, doc.continuations[0]) for context in doc.contexts]
         else:
             pairs = [encode_pair(lm, doc.contexts[0], c) for c in doc.continuations]
@@ -101,11 +102,8 @@ def evaluate_choice_docs(
         docs, sets, charged, score_request_pair_sets(lm, sets), strict=True
     ):
         scored.forward_tokens += prefix_read  # this document's share of reading the few-shot block
-        context_tokens: int | list[int] = [len(ctx) for ctx, _ in pairs]
-        if prepared.spec["output"] != "multiple_input":
-            context_tokens = len(pairs[0][0])
+        context_tokens = [len(ctx) for ctx, _ in pairs] if options else len(pairs[0][0])
         pred, pred_norm = choice_predictions(scored.loglikelihoods, doc.choices)
-        metrics = prepared.chosen["metrics"]
         records.append({
             "target": doc.gold, "loglikelihoods": scored.loglikelihoods, "is_greedy": scored.is_greedy,
             "prediction": pred, "acc": float(pred == doc.gold),

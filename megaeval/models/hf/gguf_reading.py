@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +41,7 @@ def reader_class() -> type:
         """GGUFReader whose arrays of strings and of scalars are parsed in one pass (little-endian files)."""
 
         def _get_field_parts(self, orig_offs: int, raw_type: int) -> tuple[int, list, list, list]:
-            if raw_type != value_type.ARRAY or self.byte_order != "I" or not _little_endian_host():
+            if raw_type != value_type.ARRAY or self.byte_order != "I" or sys.byteorder != "little":
                 return super()._get_field_parts(orig_offs, raw_type)
             data = self.data.view(np.ndarray)  # plain views: a memmap view costs ~20x more to make
             item_type, count = self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)
@@ -62,10 +63,6 @@ def reader_class() -> type:
             return 12 + n * dtype.itemsize, parts, list(range(2, 2 + n)), types
 
     return FastGGUFReader
-
-
-def _little_endian_host() -> bool:
-    return struct.pack("=I", 1) == struct.pack("<I", 1)
 
 
 def open_gguf(path: str | Path, mode: str = "r") -> Any:
