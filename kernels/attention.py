@@ -6,9 +6,12 @@ crosses a chunk boundary; rotary positions restart at 0 in every chunk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention.bias import causal_lower_right
 
 from .common import acc_dtype, cdiv, check_input, interpreting, jit, next_pow2, tl
 
@@ -69,13 +72,15 @@ def rotate(q: Tensor, k: Tensor, k_cache: Tensor, chunk: int, rope_base: float) 
 
 
 def chunked_attention(
-    q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, chunk: int, rope_base: float
-) -> tuple[Tensor, Tensor, Tensor]:
+    q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, chunk: int, rope_base: float,
+    attend_fn: Callable[[Tensor, Tensor, Tensor], Tensor] = attend,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """Causal attention that never crosses a chunk boundary, continuing a partial chunk.
 
     q, k: [B, T, H, dz] before rotation; v: [B, T, H, dv]; the caches hold the rotated keys and
     values of the current partial chunk. Rotary positions restart at 0 in every chunk. Returns the
-    output [B, T, H, dv] and the caches for the chunk that is partial after this call.
+    output [B, T, H, dv] and the caches for the chunk that is partial after this call. `attend_fn`
+    computes each piece (`attend`, or `fused_attend` on the fast path).
     """
     B, T, H, _ = q.shape
     c = k_cache.shape[1]
@@ -83,7 +88,7 @@ def chunked_attention(
     keys, values = torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1)  # start on a boundary
 
     head = min(T, chunk - c)  # queries that finish the current chunk
-    parts = [attend(q[:, :head], keys[:, : c + head], values[:, : c + head])]
+    parts = [attend_fn(q[:, :head], keys[:, : c + head], values[:, : c + head])] if head else []
     n_full = (T - head) // chunk
     if n_full:  # whole chunks, batched together
         s, e = head, head + n_full * chunk
@@ -91,14 +96,44 @@ def chunked_attention(
         def by_chunk(t: Tensor) -> Tensor:
             return t.reshape(B * n_full, chunk, *t.shape[2:])
 
-        out = attend(by_chunk(q[:, s:e]), by_chunk(keys[:, c + s : c + e]), by_chunk(values[:, c + s : c + e]))
+        out = attend_fn(by_chunk(q[:, s:e]), by_chunk(keys[:, c + s : c + e]), by_chunk(values[:, c + s : c + e]))
         parts.append(out.reshape(B, n_full * chunk, H, -1))
     tail = T - head - n_full * chunk  # queries of a new partial chunk
     if tail:
-        parts.append(attend(q[:, T - tail :], keys[:, c + T - tail :], values[:, c + T - tail :]))
+        parts.append(attend_fn(q[:, T - tail :], keys[:, c + T - tail :], values[:, c + T - tail :]))
 
     kept = (c + T) % chunk
-    return torch.cat(parts, dim=1), keys[:, c + T - kept :], values[:, c + T - kept :]
+    out = torch.cat(parts, dim=1) if parts else v.new_empty(B, 0, H, v.shape[-1])
+    return out, keys[:, c + T - kept :], values[:, c + T - kept :]
+
+
+# ------------------------------------------------------------------------- PyTorch's fused SDPA
+
+
+def fused_attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """`attend` through PyTorch's fused attention kernels (flash, cuDNN, memory-efficient), which take one head
+    width for queries, keys and values: value heads wider than the query/key heads (MEGALODON-7B: 256 and 2048)
+    are cut into slices of the query/key width, each read as a head of its own with its query and key repeated.
+    Queries of a partial chunk align to the bottom right (`causal_lower_right`)."""
+    B, Tq, H, dz = q.shape
+    Tk, dv = k.shape[1], v.shape[-1]
+    split = dv // dz if dv > dz and dv % dz == 0 else 1
+    qh, kh = q.transpose(1, 2), k.transpose(1, 2)
+    if split > 1:
+        qh, kh = qh.repeat_interleave(split, 1), kh.repeat_interleave(split, 1)
+    vh = v.reshape(B, Tk, H * split, dv // split).transpose(1, 2)
+    if Tq == Tk:
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=1.0)
+    else:
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=causal_lower_right(Tq, Tk), scale=1.0)
+    return out.transpose(1, 2).reshape(B, Tq, H, dv)
+
+
+def chunked_attention_fused(
+    q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, chunk: int, rope_base: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`chunked_attention` with every piece computed by PyTorch's fused kernels (`fused_attend`)."""
+    return chunked_attention(q, k, v, k_cache, v_cache, chunk, rope_base, fused_attend)
 
 
 # -------------------------------------------------------------------------------------- Triton

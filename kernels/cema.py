@@ -64,19 +64,25 @@ BLOCK_T = 16  # timesteps per tile; the state re-anchors once per tile
 
 @jit
 def _cema_kernel(
-    x_ptr, y_ptr, h_in_ptr, h_out_ptr, p_ptr, q_ptr, q_tile_ptr, gamma_ptr, omega_ptr,
-    T, D, N,
+    x_ptr, y_ptr, h_in_ptr, h_out_ptr, ends_ptr, p_ptr, q_ptr, q_tile_ptr, q_block_ptr, gamma_ptr, omega_ptr,
+    T, D, N, L, K,
     sxb, sxt, sxd,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    FINAL: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
 ):  # fmt: skip
-    """One program: batch row b, BLOCK_D dimensions, every component, all T steps in order.
+    """One program: batch row b, BLOCK_D dimensions, every component, the L timesteps of block k in order.
 
-    In each tile of BLOCK_T steps, h_t = q**(j+1) h_start + loc_j, where loc starts from zero. At the
-    end of a full tile the state is q_tile * h_start + loc, with q_tile = q**BLOCK_T rounded once from
-    float64, so float32 rounding of q compounds over one tile only, not over the whole call.
+    A call is cut into K blocks of L steps (a multiple of BLOCK_T), run in parallel in two launches. The first
+    (FINAL false) runs every block but the last from a zero state and stores only its end state in `ends`.
+    The second (FINAL true) starts block k from h_start = q**L h_start(k-1) + ends[k-1] (h_start(0) is the
+    carried state), writes y, and its last block writes the state after the call.
+
+    In each tile of BLOCK_T steps, h_t = q**(j+1) h_start + loc_j, where loc starts from zero. At the end of a
+    full tile the state is q_tile * h_start + loc, with q_tile = q**BLOCK_T rounded once from float64, so
+    float32 rounding of q compounds over one tile only; block starts likewise use q**L rounded once.
     """
     b = tl.program_id(0).to(tl.int64)  # batch offsets can pass 2**31 elements
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    k = tl.program_id(2)
     n = tl.arange(0, BLOCK_N)
     d_mask = d < D
     dn_mask = d_mask[:, None] & (n < N)[None, :]
@@ -90,16 +96,30 @@ def _cema_kernel(
     c_im = tl.load(gamma_ptr + 2 * dn + 1, mask=dn_mask, other=0.0)
     omega = tl.load(omega_ptr + d, mask=d_mask, other=0.0)
     h_offsets = b * D * N * 2 + 2 * dn
-    h_re = tl.load(h_in_ptr + h_offsets, mask=dn_mask, other=0.0)
-    h_im = tl.load(h_in_ptr + h_offsets + 1, mask=dn_mask, other=0.0)
+    ends_row = ends_ptr + b * K * D * N * 2 + 2 * dn  # ends[b, j] at + j * D * N * 2
+    h_re = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
+    h_im = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
+    if FINAL:
+        h_re = tl.load(h_in_ptr + h_offsets, mask=dn_mask, other=0.0)
+        h_im = tl.load(h_in_ptr + h_offsets + 1, mask=dn_mask, other=0.0)
+        qb_re = tl.load(q_block_ptr + 2 * dn, mask=dn_mask, other=0.0)
+        qb_im = tl.load(q_block_ptr + 2 * dn + 1, mask=dn_mask, other=0.0)
+        for i in range(0, k):  # the state entering block k, from the end states of the blocks before it
+            e_re = tl.load(ends_row + i * D * N * 2, mask=dn_mask, other=0.0)
+            e_im = tl.load(ends_row + i * D * N * 2 + 1, mask=dn_mask, other=0.0)
+            s_re = qb_re * h_re - qb_im * h_im + e_re
+            h_im = qb_re * h_im + qb_im * h_re + e_im
+            h_re = s_re
     x_row = x_ptr + b * sxb + d * sxd
     y_row = y_ptr + b * T * D + d
-    for t0 in range(0, T, BLOCK_T):
+    t_start = k * L
+    t_end = tl.minimum(t_start + L, T)
+    for t0 in range(t_start, t_end, BLOCK_T):
         a_re, a_im = h_re, h_im  # q**(j+1) h_start
         l_re = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)  # loc
         l_im = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
         for j in tl.static_range(BLOCK_T):
-            in_call = (t0 + j + tl.zeros_like(d)) < T  # a tensor: the interpreter rejects Python bools as masks
+            in_call = (t0 + j + tl.zeros_like(d)) < t_end  # a tensor: the interpreter rejects Python bools as masks
             t_mask = d_mask & in_call
             valid = in_call[:, None]
             xj = tl.load(x_row + (t0 + j) * sxt, mask=t_mask, other=0.0).to(tl.float32)
@@ -111,15 +131,21 @@ def _cema_kernel(
             a_im = tl.where(valid, na_im, a_im)
             l_re = tl.where(valid, nl_re, l_re)
             l_im = tl.where(valid, nl_im, l_im)
-            yj = tl.sum(c_re * (l_re + a_re) - c_im * (l_im + a_im), axis=1) + omega * xj
-            tl.store(y_row + (t0 + j) * D, yj.to(y_ptr.dtype.element_ty), mask=t_mask)
-        full = t0 + BLOCK_T <= T
+            if FINAL:
+                yj = tl.sum(c_re * (l_re + a_re) - c_im * (l_im + a_im), axis=1) + omega * xj
+                tl.store(y_row + (t0 + j) * D, yj.to(y_ptr.dtype.element_ty), mask=t_mask)
+        full = t0 + BLOCK_T <= t_end
         s_re = tl.where(full, qt_re * h_re - qt_im * h_im, a_re)
         s_im = tl.where(full, qt_re * h_im + qt_im * h_re, a_im)
         h_re = s_re + l_re
         h_im = s_im + l_im
-    tl.store(h_out_ptr + h_offsets, h_re, mask=dn_mask)
-    tl.store(h_out_ptr + h_offsets + 1, h_im, mask=dn_mask)
+    if FINAL:
+        last = dn_mask & ((k + tl.zeros_like(dn)) == K - 1)  # a tensor, for the interpreter
+        tl.store(h_out_ptr + h_offsets, h_re, mask=last)
+        tl.store(h_out_ptr + h_offsets + 1, h_im, mask=last)
+    else:
+        tl.store(ends_row + k * D * N * 2, h_re, mask=dn_mask)
+        tl.store(ends_row + k * D * N * 2 + 1, h_im, mask=dn_mask)
 
 
 def _pairs(z: Tensor) -> Tensor:
@@ -135,6 +161,14 @@ def _config(D: int, N: int) -> dict[str, int]:
     return dict(BLOCK_D=block_d, BLOCK_N=block_n, BLOCK_T=BLOCK_T, num_warps=4)
 
 
+def block_len(T: int) -> int:
+    """Timesteps per parallel block: at most 16 blocks a call, at least 128 steps each (32 under the interpreter,
+    so that tests cross block boundaries); a multiple of BLOCK_T."""
+    if interpreting():
+        return 2 * BLOCK_T
+    return max(128, next_pow2(cdiv(T, 16)))
+
+
 def cema_triton(x: Tensor, h: Tensor, p: Tensor, log_q: Tensor, gamma: Tensor, omega: Tensor) -> tuple[Tensor, Tensor]:
     """CEMA by the Triton kernel; same arguments and results as `cema`."""
     check_input("x", x)
@@ -143,13 +177,20 @@ def cema_triton(x: Tensor, h: Tensor, p: Tensor, log_q: Tensor, gamma: Tensor, o
     if T == 0:
         return x.clone(), h.clone()
     cfg = _config(D, N)
+    L = block_len(T)
+    blocks = cdiv(T, L)
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
     h_in = torch.view_as_real(h.to(torch.complex64)).contiguous()
     h_out = torch.empty_like(h_in)
-    _cema_kernel[(B, cdiv(D, cfg["BLOCK_D"]))](
-        x, y, h_in, h_out,
+    ends = torch.empty(B, blocks, D, N, 2, dtype=torch.float32, device=x.device)
+    coefficients = (
         p.to(torch.float32).contiguous(), _pairs(torch.exp(log_q)), _pairs(torch.exp(log_q * BLOCK_T)),
-        _pairs(gamma), omega.reshape(-1).to(torch.float32).contiguous(),
-        T, D, N, x.stride(0), x.stride(1), x.stride(2), **cfg,
+        _pairs(torch.exp(log_q * L)), _pairs(gamma), omega.reshape(-1).to(torch.float32).contiguous(),
     )  # fmt: skip
+    args = (T, D, N, L, blocks, x.stride(0), x.stride(1), x.stride(2))
+    if blocks > 1:  # end states of every block but the last, each from a zero state
+        _cema_kernel[(B, cdiv(D, cfg["BLOCK_D"]), blocks - 1)](
+            x, y, h_in, h_out, ends, *coefficients, *args, FINAL=False, **cfg
+        )
+    _cema_kernel[(B, cdiv(D, cfg["BLOCK_D"]), blocks)](x, y, h_in, h_out, ends, *coefficients, *args, FINAL=True, **cfg)
     return y, torch.view_as_complex(h_out).to(h.dtype)

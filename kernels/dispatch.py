@@ -1,4 +1,5 @@
-"""Which implementation runs MEGALODON's four hot operations: the PyTorch references or the Triton kernels."""
+"""Which implementation runs MEGALODON's four hot operations: the PyTorch references or the fast path (the Triton
+kernels, with chunk attention through PyTorch's fused attention kernels and the projection through cuBLAS)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..errors import fail
-from . import attention, cema, nll, timestep_norm
+from . import attention, cema, nll, rms_norm, silu_mul, timestep_norm
 from .common import available, interpreting
 
 KERNELS = ("auto", "triton", "torch")
@@ -17,22 +18,35 @@ KERNELS = ("auto", "triton", "torch")
 
 @dataclass(frozen=True)
 class Ops:
-    """TimestepNorm, CEMA, chunk-local attention and the projection + NLL, all from one backend."""
+    """TimestepNorm, CEMA, chunk-local attention and the projection + NLL, and the elementwise glue around them
+    (RMSNorm, the SiLU gates), all from one backend."""
 
     backend: str  # "torch" or "triton"
     timestep_norm: Callable[..., tuple[Tensor, Tensor, Tensor]]
     cema: Callable[..., tuple[Tensor, Tensor]]
     chunked_attention: Callable[..., tuple[Tensor, Tensor, Tensor]]
     linear_nll: Callable[[Tensor, Tensor, Tensor], Tensor]
+    rms_norm: Callable[[Tensor, Tensor | None, float], Tensor]
+    silu_mul: Callable[[Tensor, Tensor], Tensor]
 
 
-TORCH = Ops("torch", timestep_norm.timestep_norm, cema.cema, attention.chunked_attention, nll.linear_nll)
+TORCH = Ops(
+    "torch",
+    timestep_norm.timestep_norm,
+    cema.cema,
+    attention.chunked_attention,
+    nll.linear_nll,
+    rms_norm.rms_norm,
+    silu_mul.silu_mul,
+)
 TRITON = Ops(
     "triton",
     timestep_norm.timestep_norm_triton,
     cema.cema_triton,
-    attention.chunked_attention_triton,
+    attention.chunked_attention_fused,
     nll.linear_nll_triton,
+    rms_norm.rms_norm_triton,
+    silu_mul.silu_mul_triton,
 )
 
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import fail
-from .common import cdiv, check_input, interpreting, jit, tl
+from .common import check_input, interpreting, jit, next_pow2, tl
 
 IGNORE_INDEX = -100
 
@@ -30,81 +30,71 @@ def linear_nll(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
 
 # -------------------------------------------------------------------------------------- Triton
 
+LOGITS_PER_PIECE = 1 << 25  # logits (rows x vocabulary) of one piece: 64 MiB in bfloat16 at any length
+
 
 @jit
-def _linear_nll_kernel(
-    h_ptr, w_ptr, t_ptr, part_ptr,
-    M, V, D, V_PER_SPLIT, shm, swv,
-    BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_FP32: tl.constexpr, PRECISION: tl.constexpr,
+def _lse_nll_kernel(
+    logits_ptr, t_ptr, nll_ptr, V, stride_row,
+    BLOCK_V: tl.constexpr,
 ):  # fmt: skip
-    """One program: BLOCK_M tokens against one split of the vocabulary, in [BLOCK_M, BLOCK_V] tiles of
-    float32 logits. Writes the split's log-sum-exp and target logit (0 when the target is elsewhere)."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    split = tl.program_id(1)
-    r_mask = rows < M
-    target = tl.load(t_ptr + rows, mask=r_mask, other=-100)
-    v_start = split * V_PER_SPLIT
-    v_end = tl.minimum(v_start + V_PER_SPLIT, V)
-    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    t_logit = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for v0 in range(v_start, v_end, BLOCK_V):
+    """One program: one row of logits. Online log-sum-exp over the vocabulary in float32, one running
+    maximum and sum per lane, minus the target's logit; IGNORE_INDEX scores 0."""
+    row = tl.program_id(0).to(tl.int64)  # row offsets can pass 2**31 elements
+    base = logits_ptr + row * stride_row
+    m = tl.full([BLOCK_V], -1.0e30, dtype=tl.float32)  # finite: lanes that never see a logit stay NaN-free
+    s = tl.zeros([BLOCK_V], dtype=tl.float32)
+    for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
-        c_mask = cols < v_end
-        logits = tl.zeros([BLOCK_M, BLOCK_V], dtype=tl.float32)
-        for k0 in range(0, D, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_mask = ks < D
-            h = tl.load(h_ptr + rows[:, None] * shm + ks[None, :], mask=r_mask[:, None] & k_mask[None, :], other=0.0)
-            w_t = tl.load(w_ptr + cols[None, :] * swv + ks[:, None], mask=k_mask[:, None] & c_mask[None, :], other=0.0)
-            if DOT_FP32:
-                h = h.to(tl.float32)
-                w_t = w_t.to(tl.float32)
-            logits = tl.dot(h, w_t, logits, input_precision=PRECISION)
-        logits = tl.where(c_mask[None, :], logits, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(logits, axis=1))
-        l_i = l_i * tl.exp(m_i - m_new) + tl.sum(tl.exp(logits - m_new[:, None]), axis=1)
-        m_i = m_new
-        t_logit += tl.sum(tl.where(cols[None, :] == target[:, None], logits, 0.0), axis=1)
-    tl.store(part_ptr + split * M + rows, m_i + tl.log(l_i), mask=r_mask)
-    tl.store(part_ptr + (tl.num_programs(1) + split) * M + rows, t_logit, mask=r_mask)
+        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        s = s * tl.exp(m - m_new) + tl.exp(x - m_new)
+        m = m_new
+    top = tl.max(m, axis=0)
+    lse = top + tl.log(tl.sum(s * tl.exp(m - top), axis=0))
+    target = tl.load(t_ptr + row)
+    ignored = target == -100  # IGNORE_INDEX (a kernel reads no Python globals)
+    t_logit = tl.load(base + tl.where(ignored, 0, target)).to(tl.float32)
+    tl.store(nll_ptr + row, tl.where(ignored, 0.0, lse - t_logit))
 
 
-def _config(M: int, V: int) -> tuple[dict[str, int], int]:
-    """Tile sizes chosen by hand, and how many vocabulary splits keep a GPU busy when M is small."""
-    if interpreting():  # small tiles and several splits, so that tests take every path a GPU takes
-        cfg = dict(BLOCK_M=64, BLOCK_V=128, BLOCK_K=8, num_warps=4, num_stages=1)
-        return cfg, min(4, cdiv(V, cfg["BLOCK_V"]))
-    cfg = dict(BLOCK_M=64, BLOCK_V=128, BLOCK_K=64, num_warps=8, num_stages=3)  # sm_90: no register spills
-    programs_per_split = cdiv(M, cfg["BLOCK_M"])
-    splits = max(1, min(cdiv(512, programs_per_split), cdiv(V, cfg["BLOCK_V"])))
-    return cfg, splits
+def _block_v(V: int) -> int:
+    """Vocabulary lanes per program: small under the interpreter, so that tests loop over several blocks."""
+    return 16 if interpreting() else min(2048, next_pow2(V))
+
+
+def rows_per_piece(V: int) -> int:
+    """Rows projected at once: LOGITS_PER_PIECE logits, in whole tiles of 128 rows (at least one row)."""
+    rows = LOGITS_PER_PIECE // V
+    return max(1, rows // 128 * 128 if rows >= 128 else rows)
+
+
+def lse_nll_triton(logits: Tensor, targets: Tensor) -> Tensor:
+    """NLL [M] of targets [M] under logits [M, V] (any float dtype, read as float32) by the Triton kernel."""
+    M, V = logits.shape
+    nll = torch.empty(M, dtype=torch.float32, device=logits.device)
+    if M:
+        logits = logits if logits.stride(-1) == 1 else logits.contiguous()
+        _lse_nll_kernel[(M,)](logits, targets, nll, V, logits.stride(0), BLOCK_V=_block_v(V), num_warps=8)
+    return nll
 
 
 def linear_nll_triton(hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
-    """Fused projection + NLL by the Triton kernel, never holding [T, V] logits; same as `linear_nll`
-    except that the logits stay float32 (the reference rounds them to the model dtype first)."""
+    """Projection + NLL without [T, V] logits: cuBLAS (torch.matmul) projects LOGITS_PER_PIECE logits at a time in
+    the model dtype, as the reference does, and the Triton kernel reduces each piece to its NLL. Same arguments
+    and results as `linear_nll`."""
     check_input("hidden", hidden)
     V, D = weight.shape
     h = hidden.reshape(-1, D)
-    h = h if h.stride(-1) == 1 else h.contiguous()
-    w = weight if weight.stride(-1) == 1 else weight.contiguous()
     t = targets.reshape(-1)
-    M = h.shape[0]
     out_dtype = torch.promote_types(hidden.dtype, torch.float32)
-    if M == 0:
-        return torch.zeros(targets.shape, dtype=out_dtype, device=hidden.device)
     bad = ((t < 0) & (t != IGNORE_INDEX)) | (t >= V)
     if bool(bad.any()):
         raise fail(f"targets must lie in [0, {V}) or be {IGNORE_INDEX}, got {int(t[bad][0])}")
-    cfg, splits = _config(M, V)
-    per_split = cdiv(cdiv(V, splits), cfg["BLOCK_V"]) * cfg["BLOCK_V"]
-    splits = cdiv(V, per_split)
-    part = torch.empty(2, splits, M, dtype=torch.float32, device=hidden.device)
-    _linear_nll_kernel[(cdiv(M, cfg["BLOCK_M"]), splits)](
-        h, w, t, part, M, V, D, per_split, h.stride(0), w.stride(0),
-        DOT_FP32=interpreting(), PRECISION="ieee" if h.dtype == torch.float32 else "tf32", **cfg,
-    )  # fmt: skip
-    nll = torch.logsumexp(part[0], dim=0) - part[1].sum(0)
-    return torch.where(t == IGNORE_INDEX, 0.0, nll).view(targets.shape).to(out_dtype)
+    t = t.contiguous()
+    rows = rows_per_piece(V)
+    nll = torch.empty(t.shape[0], dtype=torch.float32, device=hidden.device)
+    for a in range(0, t.shape[0], rows):
+        b = min(a + rows, t.shape[0])
+        nll[a:b] = lse_nll_triton(F.linear(h[a:b], weight), t[a:b])
+    return nll.view(targets.shape).to(out_dtype)

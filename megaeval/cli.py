@@ -120,6 +120,9 @@ def ppl_sweep(
     schedule: Annotated[
         str, typer.Option(help="shared (shared-prefix reuse) or naive (every segment run).")
     ] = "shared",
+    peak_tflops: Annotated[
+        str, typer.Option(help="MFU's peak per device: auto (nominal, else measure), measure, or TFLOP/s.")
+    ] = "auto",
     chunk_parallel: ChunkParallelOpt = 1,
     dist_timeout: DistTimeoutOpt = 1800.0,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/ppl_sweep.json",
@@ -133,8 +136,8 @@ def ppl_sweep(
     settings = SweepSettings(
         stream=stream, model=model, model_args=parse_model_args(model_args), lengths=lengths, tokens=tokens,
         batch_size=batch_size, device=device, dtype=dtype, norm_stats=norm_stats, kernels=kernels,
-        window_policy=window_policy, schedule=schedule, chunk_parallel=chunk_parallel, out=out, resume=resume,
-        dist_timeout=dist_timeout,
+        window_policy=window_policy, schedule=schedule, peak_tflops=peak_tflops, chunk_parallel=chunk_parallel,
+        out=out, resume=resume, dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_ppl_sweep(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)

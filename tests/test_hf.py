@@ -106,6 +106,13 @@ def test_sweep_with_policies_and_errors(llama_dir, tmp_path):
     # in-window lengths agree; beyond it the sliding windows keep more context
     assert disjoint["results"]["lengths"][0]["nll_sum"] == pytest.approx(sliding["results"]["lengths"][0]["nll_sum"])
     assert disjoint["results"]["lengths"][1]["nll_sum"] != sliding["results"]["lengths"][1]["nll_sum"]
+    # model FLOPs: in-window one pass; beyond max_context 48 the windows read, sliding:16 re-reading context
+    lm = load_model(f"hf:{llama_dir}", dtype="float64")
+    (d32, d96), (s32, s96) = disjoint["results"]["lengths"], sliding["results"]["lengths"]
+    assert d32["model_flops_per_token"] == s32["model_flops_per_token"] == lm.flops_per_token(32)
+    assert d96["model_flops_per_token"] == pytest.approx(lm.flops_per_token(48))  # two windows of 48
+    assert s96["model_flops_per_token"] == pytest.approx(2 * lm.flops_per_token(48))  # four windows of 48
+    assert d96["mfu"] is None and disjoint["results"]["peak_tflops"] is None  # on a CPU
     with pytest.raises(MegaevalError, match="bad --window-policy 'sliding:x'"):
         sweep("sliding:x")
     with pytest.raises(MegaevalError, match="applies to megalodon models, not hf"):

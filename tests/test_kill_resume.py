@@ -8,7 +8,7 @@ For ppl-sweep, scrolls, academic and needle (a tiny random MEGALODON, small data
   line (nothing lost, nothing duplicated), and leaves no resume file behind.
 
 Reports are compared on `results`, `model`, `data` and `settings`, after removing what legitimately
-differs between runs: the keys in TIMING_KEYS wherever they occur (wall-clock seconds, speed, peak
+differs between runs: the keys in TIMING_KEYS wherever they occur (wall-clock seconds, speed, MFU, peak
 memory, date), the `settings` entries that name outputs or say whether the run resumed (out,
 samples, resume), and the whole `environment` section (date, git revision of a working tree that
 others may be editing).
@@ -34,7 +34,7 @@ from megaeval_testing import hostile as H
 from megaeval_testing import random_model, small_args, write_stream
 
 SEED = int(os.environ.get("MEGAEVAL_TEST_KILL_SEED", "20240417"))
-TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "date"}
+TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
 RUN_SETTINGS = {"out", "samples", "resume"}
 
 

@@ -163,6 +163,52 @@ def test_text_span_counts_whole_books_exactly_and_decodes_cut_ones(make_stream, 
     assert cut.words == len(texts[0].split()) + len(covered.split())
 
 
+# ------------------------------------------------------------------------------------- MFU
+
+
+@pytest.fixture
+def megalodon_flops(monkeypatch):
+    """MegalodonLM.flops_per_token: ModelArgs.flops_per_token (patched in while adapter.py lacks it)."""
+    from megaeval.models.megalodon import MegalodonLM
+
+    if "flops_per_token" not in MegalodonLM.__dict__:
+        monkeypatch.setattr(MegalodonLM, "flops_per_token", lambda self, n: self.args.flops_per_token(n))
+
+
+def test_model_flops_per_length_and_no_mfu_on_a_cpu(setup64, tmp_path, megalodon_flops):
+    ckpt, stream = setup64
+    report = sweep(stream, ckpt, tmp_path, lengths="4,8,32")
+    args = load_model(str(ckpt)).args
+    assert report["settings"]["peak_tflops"] == "auto"
+    res = report["results"]
+    assert res["peak_tflops"] is None and res["peak_tflops_source"] is None and res["peak_tflops_detail"] is None
+    for row in res["lengths"]:  # chunk 8: a 4-token segment attends over 4 tokens, longer ones over whole chunks
+        assert row["model_flops_per_token"] == args.flops_per_token(row["context_length"])
+        assert row["achieved_tflops"] is None and row["mfu"] is None
+    assert res["lengths"][0]["model_flops_per_token"] < res["lengths"][1]["model_flops_per_token"]
+    assert res["lengths"][1]["model_flops_per_token"] == res["lengths"][2]["model_flops_per_token"]
+
+
+def test_a_given_peak_gives_mfu_even_on_a_cpu(setup64, tmp_path, megalodon_flops):
+    ckpt, stream = setup64
+    report = sweep(stream, ckpt, tmp_path, lengths="8,16", peak_tflops="0.001")
+    res = report["results"]
+    assert (res["peak_tflops"], res["peak_tflops_source"]) == (0.001, "flag")
+    for row in res["lengths"]:
+        achieved = row["model_flops_per_token"] * row["tokens_per_second"] / 1e12
+        assert row["achieved_tflops"] == pytest.approx(achieved, rel=1e-3)  # tokens/s is rounded in the report
+        assert row["mfu"] == pytest.approx(row["achieved_tflops"] / 0.001, rel=1e-12)
+    table = runner.invoke(app, ["report", str(tmp_path / "r.json"), "--metric", "mfu"])
+    assert table.exit_code == 0, table.output
+
+
+def test_a_bad_peak_flag_is_refused_before_any_work(setup64, tmp_path):
+    ckpt, stream = setup64
+    with pytest.raises(MegaevalError, match="bad --peak-tflops 'fast'"):
+        sweep(stream, ckpt, tmp_path, lengths="8", peak_tflops="fast")
+    assert not (tmp_path / "r.json.partial.jsonl").exists()
+
+
 # ----------------------------------------------------------------------------------- resume
 
 

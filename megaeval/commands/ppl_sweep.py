@@ -17,6 +17,7 @@ from ..models import StreamingLM, parse_spec
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.run import check_run_outputs
+from ..runs.utilisation import Peak, device_peak, parse_peak, utilisation
 from ..scoring.finite import NON_FINITE_FIX
 from ..scoring.sweep_plan import (  # fmt: skip
     DEFAULT_LENGTHS,
@@ -44,6 +45,7 @@ class SweepSettings(RunSettings):
     norm_stats: str | None = None
     window_policy: str = "error"
     schedule: str = "shared"
+    peak_tflops: str = "auto"  # MFU's denominator: auto, measure or TFLOP/s per device (runs.utilisation)
     out: str = "reports/ppl_sweep.json"
 
     def family_flags(self) -> dict[str, Any]:
@@ -64,6 +66,7 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
     parse_window_policy(settings.window_policy)
     plan_passes(lengths, max(lengths), settings.schedule)  # checks the schedule and the batch size early
     batches_of([], settings.batch_size)
+    parse_peak(settings.peak_tflops)
     stream = BooksStream(settings.stream)
     n_tokens = resolve_tokens(lengths, requested, len(stream))
 
@@ -106,8 +109,10 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
     if records is None:
         return None  # not rank 0
     span = stream.text_span(1, n_tokens + 1, lm.tokenizer)
+    flops = {length: segment_flops_per_token(lm, length, settings.window_policy) for length in lengths}
+    peak = device_peak(settings.peak_tflops, lm.device, lm.dtype)
     results = sweep_results(lengths, n_tokens, records, passes, span, settings.schedule, meter.method,
-                            run.ctx.num_groups)  # fmt: skip
+                            run.ctx.num_groups, flops=flops, peak=peak, devices=run.ctx.world_size)  # fmt: skip
     recorded = {
         **asdict(settings),
         "lengths": lengths,
@@ -142,6 +147,20 @@ def score_batch(lm: StreamingLM, stream: BooksStream, batch: list[Pass], policy:
     return nll
 
 
+def segment_flops_per_token(lm: StreamingLM, length: int, policy: str) -> float | None:
+    """Model FLOPs per token of one segment of `length` tokens: one fresh pass, or beyond a fixed context the
+    windows `policy` reads (tokens re-read by sliding windows included); None when the model does not know them."""
+    spans = [(0, length, 0)] if lm.max_context is None else windows(length, lm.max_context, policy)
+    total, known = 0.0, {}
+    for start, end, _ in spans:
+        if end - start not in known:
+            known[end - start] = lm.flops_per_token(end - start)
+        if known[end - start] is None:
+            return None
+        total += known[end - start] * (end - start)
+    return total / length
+
+
 def first_non_finite(lm: StreamingLM, window: torch.Tensor) -> int:
     """The first target whose NLL is not finite when read causally.
 
@@ -170,21 +189,25 @@ def exp_or_none(mean_nll: float) -> float | None:
 
 def sweep_results(
     lengths: list[int], n_tokens: int, records: list[dict[str, Any]], passes: list[Pass], span: TextSpan,
-    schedule: str, memory_method: str, workers: int = 1,
+    schedule: str, memory_method: str, workers: int = 1, *, flops: dict[int, float | None] | None = None,
+    peak: Peak | None = None, devices: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
     """Fold the batches' records, in batch order, into the per-length results and position curves.
 
     `workers` data-parallel groups ran batches at the same time: a length's time is its batches' compute
-    time divided by them, so tokens_per_second is the whole job's rate.
+    time divided by them, so tokens_per_second is the whole job's rate. `flops`: model FLOPs per token by
+    length; with `peak` (per device, `devices` of them in the job) they give achieved TFLOP/s and MFU.
     """
+    flops, peak = flops or {}, peak or Peak(None, None, None)
     nll_sum = dict.fromkeys(lengths, 0.0)
     segments = dict.fromkeys(lengths, 0)
     curve = {length: [0.0] * (len(bucket_edges(length)) - 1) for length in lengths}
-    seconds, processed, peak = dict.fromkeys(lengths, 0.0), dict.fromkeys(lengths, 0), dict.fromkeys(lengths, 0)
+    seconds, processed = dict.fromkeys(lengths, 0.0), dict.fromkeys(lengths, 0)
+    peak_bytes = dict.fromkeys(lengths, 0)
     for r in records:
         seconds[r["length"]] += r["seconds"] / workers
         processed[r["length"]] += r["length"] * r["passes"]
-        peak[r["length"]] = max(peak[r["length"]], r["peak_memory"])
+        peak_bytes[r["length"]] = max(peak_bytes[r["length"]], r["peak_memory"])
         for served in r["served"]:
             for length, sums in served:
                 nll_sum[length] += float(np.asarray(sums).sum())
@@ -202,7 +225,8 @@ def sweep_results(
             "word_ppl": exp_or_none(nll_sum[length] / span.words) if span.words else None,
             "seconds": round(seconds[length], 3), "tokens_processed": processed[length],
             "tokens_per_second": round(processed[length] / seconds[length], 1) if seconds[length] > 0 else None,
-            "peak_memory_bytes": peak[length],
+            "peak_memory_bytes": peak_bytes[length], "model_flops_per_token": flops.get(length),
+            **utilisation(flops.get(length), processed[length], seconds[length], peak.tflops, devices),
         })  # fmt: skip
         edges = bucket_edges(length)
         buckets = [{"start": a, "end": b, "mean_nll": s / (segments[length] * (b - a))}
@@ -214,6 +238,7 @@ def sweep_results(
         "tokens_processed": sum(p.length for p in passes),
         "targets": {"first_position": 1, "last_position": n_tokens},
         "peak_memory_method": memory_method,
+        **peak.describe(),
         "lengths": rows,
         "position_curve": curves,
     }
@@ -222,6 +247,8 @@ def sweep_results(
 def sweep_summary(report: dict[str, Any]) -> str:
     """One ppl-sweep report as a table: a row per context length."""
     header = ["context", "segments", "ppl", "bits/byte", "word ppl", "tok/s", "peak mem", "seconds"]
+    with_mfu = any(r.get("mfu") is not None for r in report["results"]["lengths"])
+    header += ["TFLOP/s", "MFU"] if with_mfu else []
     rows = []
     for r in report["results"]["lengths"]:
         rows.append([
@@ -232,6 +259,9 @@ def sweep_summary(report: dict[str, Any]) -> str:
             "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
             human_bytes(r["peak_memory_bytes"]), f"{r['seconds']:.1f}",
         ])  # fmt: skip
+        if with_mfu:
+            rows[-1] += ["" if r.get("mfu") is None else f"{r['achieved_tflops']:.1f}",
+                         "" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%"]  # fmt: skip
     res = report["results"]
     title = (
         f"{report['model'].get('family')} on {report['data']['tokens_scored']:,} tokens per length "

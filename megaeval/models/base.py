@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +46,20 @@ class State(Protocol):
     def repeat(self, n: int) -> State: ...
 
     def nbytes(self) -> int: ...
+
+
+class Decoder(Protocol):
+    """Greedy decoding steps for a fixed number of rows (slots), each row's state held inside (`StreamingLM.decoder`):
+    `load(state, rows)` puts the rows of a state into those slots, `step(tokens)` feeds one token to every slot and
+    returns the logits [batch_size, V], `state(rows)` gives slots back as a state of the family."""
+
+    batch_size: int
+
+    def load(self, state: State, rows: Sequence[int] | None = None) -> None: ...
+
+    def state(self, rows: Sequence[int] | None = None) -> State: ...
+
+    def step(self, tokens: Sequence[int] | torch.Tensor) -> torch.Tensor: ...
 
 
 def can_stack(state: State) -> bool:
@@ -142,6 +157,11 @@ class StreamingLM(ABC):
         return [self.advance(torch.tensor([row], dtype=torch.long, device=self.device), self.init_state(1))
                 for row in rows]  # fmt: skip
 
+    def decoder(self, batch_size: int) -> Decoder | None:
+        """A decoder that steps `batch_size` rows one token at a time faster than `forward` (a CUDA graph), giving
+        what `forward` gives, or None: greedy decoding then calls `forward`. None unless a family has one."""
+        return None
+
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Facts about the loaded model for `megaeval info` and reports."""
@@ -156,4 +176,10 @@ class StreamingLM(ABC):
 
     def weights_sha256(self) -> str | None:
         """Checksum of the weights as stored (identifies the model in reports), or None if unknown."""
+        return None
+
+    def flops_per_token(self, context_length: int) -> float | None:
+        """Matmul FLOPs per token of a fresh-state forward pass over `context_length` tokens (2 per multiply-add,
+        output layer at every position, masked attention positions not counted), or None when the family does
+        not know it: the model FLOPs of `ppl-sweep`'s MFU. A call of over max_context tokens is not asked for."""
         return None

@@ -58,6 +58,9 @@ class GroupLM(StreamingLM):
     def weights_sha256(self) -> str | None:
         return self.lm.weights_sha256()
 
+    def flops_per_token(self, context_length: int) -> float | None:
+        return self.lm.flops_per_token(context_length)
+
     def score_segment(
         self, inputs: torch.Tensor, targets: torch.Tensor, state: State | None = None, *, keep_state: bool = False
     ) -> tuple[torch.Tensor, State | None]:

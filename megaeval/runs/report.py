@@ -169,7 +169,8 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
         for key in ("ppl", "nll_sum"):
             if key not in row:
                 raise fail(f"{broken}: results.lengths[{i}] has no {key}", fix)
-        for key in ("ppl", "nll_sum", "bits_per_byte", "word_ppl", "tokens_per_second", "peak_memory_bytes"):
+        for key in ("ppl", "nll_sum", "bits_per_byte", "word_ppl", "tokens_per_second", "peak_memory_bytes",
+                    "model_flops_per_token", "achieved_tflops", "mfu"):  # fmt: skip
             value = row.get(key)
             if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
                 raise fail(f"{broken}: results.lengths[{i}].{key} is {value!r:.40}, not a number", fix)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..errors import fail
-from ..models.base import State, StreamingLM, can_stack, stack_states
+from ..models.base import Decoder, State, StreamingLM, can_stack, stack_states
 from ..models.group import GroupLM
 from .finite import require_finite
 
@@ -44,12 +44,64 @@ def greedy_generate(
     """
     stop = [s for s in (stop or []) if s]
     row = _Row(0, [])
+    rows: _Stacked | _Slots | None = None
     while True:
         ended = _greedy_step(lm, row, int(torch.argmax(logits)), max_new_tokens, stop)
         if ended is not None:
             return ended
-        step, state = lm.forward(torch.tensor([[row.tokens[-1]]], device=lm.device), state)
-        logits = require_finite(step[0, -1], "the logits of a generated token")
+        if rows is None:
+            rows = _rows(lm, [state])
+        logits = require_finite(rows.step([row.tokens[-1]])[0], "the logits of a generated token")
+
+
+class _Stacked:
+    """Rows decoded together by `lm.forward` on their states stacked (`models.base.stack_states`)."""
+
+    def __init__(self, lm: StreamingLM, states: list[State]):
+        self.lm, self.state = lm, stack_states(states)
+
+    def join(self, states: list[State]) -> None:
+        self.state = stack_states(([self.state] if self.state is not None else []) + states)
+
+    def keep(self, rows: list[int]) -> None:
+        self.state = self.state.select(rows) if rows else None
+
+    def step(self, tokens: list[int]) -> torch.Tensor:
+        """Logits [rows, V] after one more token per row."""
+        out, self.state = self.lm.forward(torch.tensor([[t] for t in tokens], device=self.lm.device), self.state)
+        return out[:, -1]
+
+
+class _Slots:
+    """Rows decoded together in the slots of a static decoder (`StreamingLM.decoder`): a row that ends frees its slot
+    (which steps on, unread, until a row joins there), a row that joins is loaded into a free one."""
+
+    def __init__(self, decoder: Decoder, states: list[State]):
+        self.decoder, self.slots = decoder, []
+        self.join(states)
+
+    def join(self, states: list[State]) -> None:
+        for state in states:
+            free = next(s for s in range(self.decoder.batch_size) if s not in self.slots)
+            self.decoder.load(state, [free])
+            self.slots.append(free)
+
+    def keep(self, rows: list[int]) -> None:
+        self.slots = [self.slots[r] for r in rows]
+
+    def step(self, tokens: list[int]) -> torch.Tensor:
+        """Logits [rows, V] after one more token per row."""
+        every = [0] * self.decoder.batch_size
+        for slot, token in zip(self.slots, tokens, strict=True):
+            every[slot] = token
+        return self.decoder.step(every)[self.slots]
+
+
+def _rows(lm: StreamingLM, states: list[State]) -> _Stacked | _Slots:
+    """Rows of one state each, decoding together: in the slots of `lm.decoder` when the family has one, room for
+    as many rows as start, else by `lm.forward`."""
+    decoder = lm.decoder(len(states))
+    return _Stacked(lm, states) if decoder is None else _Slots(decoder, states)
 
 
 @dataclass
@@ -173,7 +225,8 @@ def decode_rows(
     """Greedy answers for prompts already read (each row: its last logits [V] and its state), in order: what
     `greedy_generate` gives each row alone.
 
-    Up to `batch_size` rows decode together, one model call per step (states stacked: `models.base.stack_states`);
+    Up to `batch_size` rows decode together, one model call per step (states stacked: `models.base.stack_states`;
+    or the slots of the family's static decoder, `StreamingLM.decoder`, sized by the rows that start);
     a row that stops leaves the batch and the next row takes its place (continuous batching). Rows are taken from
     `rows` only when there is room, so at most `batch_size` states are alive. Families whose states cannot be
     stacked decode one row at a time."""
@@ -181,7 +234,7 @@ def decode_rows(
     source = iter(rows)
     results: dict[int, Generation] = {}
     active: list[_Row] = []
-    state: State | None = None
+    batch: _Stacked | _Slots | None = None
     logits: torch.Tensor | None = None
     taken = 0
     while True:
@@ -196,8 +249,11 @@ def decode_rows(
                 continue
             fresh.append(row)
         if fresh:
-            states = ([state] if state is not None else []) + [st for _, st in fresh]
-            state = stack_states(states)
+            states = [st for _, st in fresh]
+            if batch is None:  # the first rows fill the batch, or are all there are: its size
+                batch = _rows(lm, states)
+            else:
+                batch.join(states)
             rows_logits = ([logits] if logits is not None else []) + [lg[None] for lg, _ in fresh]
             logits = torch.cat(rows_logits, 0)
             active += [_Row(taken + k, []) for k in range(len(fresh))]
@@ -213,11 +269,10 @@ def decode_rows(
                 keep.append(r)
                 step.append(row.tokens[-1])
         if len(keep) < len(active):
-            state = state.select(keep) if keep else None
+            batch.keep(keep)
             active = [active[r] for r in keep]
         if active:
-            out, state = lm.forward(torch.tensor([[t] for t in step], device=lm.device), state)
-            logits = require_finite(out[:, -1], "the logits of a generated token")
+            logits = require_finite(batch.step(step), "the logits of a generated token")
         else:
             logits = None
 

@@ -21,7 +21,7 @@ import pytest
 from megaeval_testing import REPO
 
 SAMPLES = REPO / "data_prep" / "samples"
-TIMING = {"seconds", "tokens_per_second", "peak_memory_bytes", "date"}
+TIMING = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 

@@ -68,6 +68,91 @@ def test_online_softmax_merges_shards_exactly(fused, monkeypatch):
         assert torch.allclose(acc.result(), ref.transpose(1, 2), rtol=0, atol=1e-14)
 
 
+def causal_reference(q, k, v, qpos, kpos, scale, window=None):
+    """Plain softmax attention [B, T, H, d] of q [B, H, T, d] over k, v [B, Hkv, n, d] masked by position,
+    and the log-sum-exp of each query's scores [B, H, T]."""
+    G = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+    allowed = kpos[None] <= qpos[:, None]
+    if window is not None:
+        allowed &= kpos[None] > qpos[:, None] - window
+    s = (q @ k.transpose(-1, -2) * scale).masked_fill(~allowed, float("-inf"))
+    return (s.softmax(-1) @ v).transpose(1, 2), s.logsumexp(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("causal", [True, False])
+def test_fused_attention_gives_the_output_and_log_sum_exp(dtype, causal):
+    """The kernel fused_kernel picks on CPU, through fused_attention, with grouped-query heads: the output and the
+    log-sum-exp of plain softmax attention (causal: by index, the same positions)."""
+    from megaeval.models.hf.attention import fused_attention, fused_kernel
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, h, 7, 8, generator=g, dtype=dtype) for h in (6, 2, 2))
+    kernel = fused_kernel(q, k, v, causal, None)
+    out, lse = fused_attention(kernel, q, k, v, 0.3, causal)
+    pos = torch.arange(7)
+    ref, ref_lse = causal_reference(q, k, v, pos, pos if causal else torch.zeros(7, dtype=torch.long), 0.3)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert kernel == "cpu" and out.dtype == dtype
+    assert torch.allclose(out.transpose(1, 2), ref, rtol=0, atol=tol)
+    assert torch.allclose(lse.to(dtype), ref_lse, rtol=0, atol=tol)
+
+
+def test_online_softmax_takes_the_fewest_fused_calls_the_positions_allow(monkeypatch):
+    """A chunk after a cache (queries 6..9, keys 0..9; tiles of 3): one fused call for the keys before the chunk,
+    one causal for the chunk, nothing explicit, as on a GPU. A state from one fused call (normalized) folds in
+    explicit tiles (a sliding window's edge) and merges with other ranks' states exactly."""
+    from megaeval.models.hf import attention
+    from megaeval.models.hf.attention import OnlineSoftmax
+
+    monkeypatch.setattr(attention, "TILE", 3)
+    calls, fused = [], attention.fused_attention
+
+    def counted(kernel, q, k, v, scale, causal):
+        calls.append((q.shape[-2], k.shape[-2], causal))
+        return fused(kernel, q, k, v, scale, causal)
+
+    monkeypatch.setattr(attention, "fused_attention", counted)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, h, n, 8, generator=g, dtype=torch.float64) for h, n in ((4, 4), (2, 10), (2, 10)))
+    qpos, kpos = torch.arange(6, 10), torch.arange(10)
+    # a window: the chunk's keys in tiles; the last query sees all of the first tile and its own key (fused)
+    cases = ((None, [(4, 6, False), (4, 4, True)]), (100, [(4, 6, False), (1, 3, False), (1, 1, False)]))
+    for window, expected in cases:
+        ref = causal_reference(q, k, v, qpos, kpos, 0.5, window)[0]
+        calls.clear()
+        acc = OnlineSoftmax(q, qpos, 2, 0.5, window, None)
+        acc.add(k[:, :, :6], v[:, :, :6], kpos[:6])
+        acc.add(k[:, :, 6:], v[:, :, 6:], kpos[6:])  # window: explicit, onto the fused call's normalized state
+        assert calls == expected
+        assert torch.allclose(acc.result(), ref, rtol=0, atol=1e-14)
+        parts = []  # three ranks' key shards for the same queries, merged
+        for keys in (slice(0, 3), slice(3, 6), slice(6, 10)):
+            part = OnlineSoftmax(q, qpos, 2, 0.5, window, None)
+            part.add(k[:, :, keys], v[:, :, keys], kpos[keys])
+            parts.append(part.packed())
+        acc.merge(parts)
+        assert torch.allclose(acc.result(), ref, rtol=0, atol=1e-14)
+
+
+def test_fused_kernel_on_cpu_and_where_there_is_none(monkeypatch):
+    """CPU: PyTorch's flash attention for CPU, any dtype (it runs in the scores' dtype); soft caps, devices with no
+    fused kernel and a torch without the CPU kernel: None, the explicit path. (CUDA: SDPA's own choice.)"""
+    from megaeval.models.hf import attention
+    from megaeval.models.hf.attention import fused_kernel
+
+    def qkv(dtype, device="cpu"):
+        q, kv = torch.zeros(1, 4, 3, 8, dtype=dtype, device=device), torch.zeros(1, 2, 3, 8, dtype=dtype, device=device)
+        return q, kv, kv
+
+    assert fused_kernel(*qkv(torch.float32), True, None) == fused_kernel(*qkv(torch.float64), False, None) == "cpu"
+    assert fused_kernel(*qkv(torch.float32), True, 30.0) is None
+    assert fused_kernel(*qkv(torch.float32, "meta"), True, None) is None
+    monkeypatch.setattr(attention, "FUSED", False)
+    assert fused_kernel(*qkv(torch.float32), True, None) is None
+
+
 def test_other_families_are_refused_before_any_exchange():
     from megaeval.models import chunk_parallel_lm
 

@@ -8,7 +8,13 @@ import math
 import pytest
 import torch
 
-from megaeval.kernels.attention import apply_rope, chunked_attention, chunked_attention_triton
+from megaeval.kernels.attention import (
+    apply_rope,
+    chunked_attention,
+    chunked_attention_fused,
+    chunked_attention_triton,
+    fused_attend,
+)
 from megaeval.kernels.common import available
 from megaeval_testing.naive_megalodon import naive_chunk_attention, naive_rope
 from megaeval_testing.streaming import SPLITS, calls
@@ -60,6 +66,48 @@ def test_reference_scale_is_one():
     # positions 0 and 1: the rotation of query 1 and key 1 is the same, so their dot product stays 3
     out, _, _ = chunked_attention(q, k, v, q[:, :0], v[:, :0], 8, 10000.0)
     assert math.isclose(float(out[0, 1, 0, 0]), 1 / (1 + math.exp(-3.0)), rel_tol=1e-12)
+
+
+# ------------------------------------------------------------------------- PyTorch's fused SDPA
+
+
+@pytest.mark.parametrize("sizes", [*SPLITS, [1] * 37])
+@pytest.mark.parametrize("chunk", [4, 8, 64])
+@pytest.mark.parametrize("dv", [6, 5, 24])  # value heads as wide as q/k, narrower, and 4 slices of their width
+def test_fused_matches_masked_softmax(sizes, chunk, dv):
+    g = torch.Generator().manual_seed(8)
+    B, T, H = 2, 37, 2
+    q, k = (torch.randn(B, T, H, 6, dtype=torch.float64, generator=g) for _ in range(2))
+    v = torch.randn(B, T, H, dv, dtype=torch.float64, generator=g)
+    expected = naive_chunk_attention(q, k, v, chunk, 10000.0)
+    got, kc, vc = stream_attention(chunked_attention_fused, q, k, v, sizes, chunk)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    _, kc_ref, vc_ref = stream_attention(chunked_attention, q, k, v, sizes, chunk)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+
+
+def test_fused_attend_slices_wide_value_heads_and_aligns_bottom_right():
+    """Value heads 4x the q/k width, 3 queries after 5 cached keys: query i sees keys j <= i + 5, every slice of
+    the value head weighted by its own head's softmax."""
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 3, 2, 4, dtype=torch.float64, generator=g)
+    k = torch.randn(1, 8, 2, 4, dtype=torch.float64, generator=g)
+    v = torch.randn(1, 8, 2, 16, dtype=torch.float64, generator=g)
+    scores = torch.einsum("bihd,bjhd->bhij", q, k)
+    allowed = torch.arange(8)[None, :] <= torch.arange(3)[:, None] + 5
+    weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
+    expected = torch.einsum("bhij,bjhd->bihd", weights, v)
+    torch.testing.assert_close(fused_attend(q, k, v), expected, rtol=0, atol=1e-12)
+
+
+def test_fused_takes_bfloat16():
+    g = torch.Generator().manual_seed(6)
+    q, k = (torch.randn(1, 21, 2, 8, generator=g).bfloat16() for _ in range(2))
+    v = torch.randn(1, 21, 2, 32, generator=g).bfloat16()
+    expected, _, _ = stream_attention(chunked_attention, q, k, v, [21], 8)
+    got, _, _ = stream_attention(chunked_attention_fused, q, k, v, [13, 8], 8)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=3e-2)
 
 
 # -------------------------------------------------------------------------------------- Triton

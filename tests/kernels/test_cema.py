@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megaeval.kernels.cema import cema, cema_triton, complex_powers
+from megaeval.kernels.cema import block_len, cema, cema_triton, complex_powers
 from megaeval.kernels.common import available
 from megaeval.models.megalodon.model import MultiHeadComplexEMA
 from megaeval_testing.naive_megalodon import naive_cema
@@ -73,6 +73,21 @@ def test_kernel_matches_reference_across_calls(sizes):
     torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-5)
     torch.testing.assert_close(h, h_ref, rtol=0, atol=1e-5)
     assert h.dtype == torch.complex64
+
+
+@triton_only
+def test_kernel_blocks_in_parallel_carry_the_state_exactly():
+    """A call of 101 steps runs in 4 blocks (the last partial), each block's start state made from the end states
+    of the blocks before it; the carried state enters the first."""
+    assert -(-101 // block_len(101)) == 4
+    module = random_cema(5, 3, seed=6)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 101, 5, generator=g)
+    h0 = torch.randn(3, 5, 3, dtype=torch.complex64, generator=g)
+    y_ref, h_ref = stream_cema(cema, module.double(), x.double(), h0.to(torch.complex128), [101])
+    y, h = stream_cema(cema_triton, module, x, h0, [101])
+    torch.testing.assert_close(y.double(), y_ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(h.to(torch.complex128), h_ref, rtol=0, atol=1e-5)
 
 
 @triton_only

@@ -67,6 +67,25 @@ def test_kernel_matches_reference_across_calls(sizes, prior):
 
 
 @triton_only
+def test_kernel_blocks_in_parallel_start_from_pooled_statistics():
+    """One call of 150 timesteps runs in 5 blocks (the last partial), each started from the carried statistics
+    pooled with those of the blocks before it."""
+    from megaeval.kernels.timestep_norm import _config, block_len
+
+    assert -(-150 // block_len(150, _config(150, 4)["BLOCK_T"])) == 5
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 150, 12, generator=g) * 2 - 0.7
+    weight, bias = torch.randn(12, generator=g) * 0.3, torch.randn(12, generator=g) * 0.3
+    mean = torch.randn(2, 3, generator=g, dtype=torch.float64)
+    var = torch.rand(2, 3, generator=g, dtype=torch.float64) + 0.5
+    expected = stream_norm(timestep_norm, x, weight, bias, [150], 7, mean, var)
+    got = stream_norm(timestep_norm_triton, x, weight, bias, [150], 7, mean, var)
+    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=2e-5)
+    torch.testing.assert_close(got[1], expected[1], rtol=0, atol=1e-6)
+    torch.testing.assert_close(got[2], expected[2], rtol=1e-6, atol=0)
+
+
+@triton_only
 def test_kernel_statistics_stay_float64_exact_over_a_long_shifted_stream():
     """40 calls of 250 tokens at 1000 +- 0.01: float32 arithmetic, statistics as exact as float64."""
     g = torch.Generator().manual_seed(3)

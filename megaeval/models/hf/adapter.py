@@ -22,7 +22,7 @@ from ...files import human_bytes
 from ...kernels.nll import IGNORE_INDEX
 from ..base import StreamingLM
 from ..options import as_bool
-from . import checkpoint
+from . import checkpoint, flops
 from .config import check_weights, locate, max_context_of, refuse_remote_code
 from .gguf_reading import fast_reading
 from .model import HFState, refuse_non_causal
@@ -225,6 +225,10 @@ class HFCausalLM(StreamingLM):
         if self._weights_sha256 is None:
             self._weights_sha256 = checkpoint.weights_sha256(self.path, self.gguf_file)
         return self._weights_sha256
+
+    def flops_per_token(self, context_length: int) -> float | None:
+        """Matmul FLOPs per token of a fresh pass of `context_length` tokens (`hf.flops`)."""
+        return flops.flops_per_token(self.model, context_length)
 
     def state_bytes(self, batch_size: int = 1) -> int:
         """KV-cache bytes of a state holding max_context tokens (the most it holds)."""

@@ -21,10 +21,66 @@ from ...distributed.exchange import Exchange
 from ...errors import fail
 
 NAME = "megaeval_sequence_parallel"  # the registered attention implementation
-TILE = 1024  # queries and keys per block of scores: bounds the [B, H, TILE, TILE] temporaries
-# Tiles whose keys are all visible, and causal tiles of identical positions, go through PyTorch's fused CPU
-# attention (with its log-sum-exp); others (sliding windows, soft caps, shifted tiles, GPUs) explicitly.
+TILE = 1024  # queries and keys per explicit block of scores: bounds the [B, H, TILE, TILE] temporaries
+# Blocks of keys visible to every query, and causal blocks of identical positions, go through PyTorch's fused
+# attention with its log-sum-exp (fused_kernel, fused_attention), as large as the positions allow; the rest
+# (sliding-window edges, soft caps, shifted positions, float64 on GPUs) explicitly, in TILE x TILE blocks.
 FUSED = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+SDPA_KERNELS = {1: "flash", 2: "efficient", 3: "cudnn"}  # torch.nn.attention.SDPBackend values (0: math)
+
+
+def fused_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool, softcap: float | None) -> str | None:
+    """The PyTorch fused attention kernel, one that returns its log-sum-exp, for q [B, H, t, d] over k, v
+    [B, Hkv, n, d]: on CPU "cpu" (its flash attention); on CUDA the kernel SDPA itself would run ("flash",
+    "cudnn", "efficient"), or, for grouped-query heads where SDPA would fall back to math (float32), the
+    efficient kernel on repeated key heads when SDPA runs it for one query head per key head. None (the
+    explicit path): soft caps, float64 on CUDA, head dims not a multiple of 8 on CUDA, other devices."""
+    if softcap is not None:
+        return None
+    if q.device.type == "cpu":
+        return "cpu" if FUSED else None
+    if q.device.type != "cuda" or q.shape[-1] % 8:
+        return None
+    choice = torch.ops.aten._fused_sdp_choice
+    kernel = SDPA_KERNELS.get(int(choice(q, k, v, None, 0.0, causal, enable_gqa=True)))
+    if kernel is None and k.shape[1] != q.shape[1] and int(choice(q, q, q, None, 0.0, False)) == 2:
+        kernel = "efficient"
+    return kernel
+
+
+def fused_attention(kernel: str, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> tuple[Tensor, Tensor]:
+    """Softmax attention of q [B, H, t, d] over k, v [B, Hkv, n, d] (query head h reads key head h // (H / Hkv)),
+    all of one dtype, by `kernel` (fused_kernel's): (output [B, H, t, d] in that dtype, log-sum-exp of the
+    scaled scores [B, H, t] in float32 or wider). `causal` masks by index (t == n: the same positions)."""
+    B, H, t, d = q.shape
+    Hkv, ops = k.shape[1], torch.ops.aten
+    G = H // Hkv
+    if kernel in ("flash", "cudnn"):  # grouped-query heads as SDPA passes them; [B, T, H, d] layouts pass as they are
+        if kernel == "flash":
+            out, lse = ops._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
+        else:
+            out, lse = ops._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+        return out, lse.reshape(B, H, t)
+    if causal and G > 1:  # each query head against its key head's keys (causal masks by index)
+        k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+    else:  # a key head's G query heads read as one longer run of queries
+        q = q.reshape(B, Hkv, G * t, d)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    if kernel == "efficient":  # its log-sum-exp is padded along the queries
+        out, lse = ops._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, causal, scale=scale)[:2]
+        lse = lse[..., : q.shape[2]]
+    else:
+        out, lse = ops._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+    return out.reshape(B, H, t, d), lse.reshape(B, H, t)
+
+
+def _same_run(qpos: Tensor, kpos: Tensor) -> bool:
+    """True when queries and keys have the same contiguous positions (then causal by index is causal by position)."""
+    n = len(qpos)
+    if not n or len(kpos) != n:
+        return False
+    lo, hi = int(qpos[0]), int(qpos[-1])
+    return hi - lo + 1 == n and (int(kpos[0]), int(kpos[-1])) == (lo, hi)
 
 
 @dataclass
@@ -62,7 +118,11 @@ ACTIVE: ContextVar[Call | None] = ContextVar("megaeval_sequence_parallel_call", 
 
 
 class OnlineSoftmax:
-    """Causal attention of queries q [B, H, T, d] over key blocks given one after another."""
+    """Causal attention of queries q [B, H, T, d] over key blocks given one after another.
+
+    The running state (o, m, l) is created at the first key block; when that block went through one fused
+    call for all queries, the state is the kernel's output itself: o normalized, m its log-sum-exp, l = 1
+    (kept as None), so a one-block call returns the fused kernel's output without further passes."""
 
     def __init__(
         self, q: Tensor, qpos: Tensor, kv_heads: int, scale: float, window: int | None, softcap: float | None
@@ -71,66 +131,93 @@ class OnlineSoftmax:
         self.dtype = torch.promote_types(q.dtype, torch.float32)
         self.out_dtype, self.shape = q.dtype, (B, H, T, d)
         self.qpos, self.scale, self.window, self.softcap = qpos, scale, window, softcap
-        self.q = q.to(self.dtype).reshape(B, kv_heads, H // kv_heads, T, d)  # grouped-query heads share a key head
-        self.m = self.q.new_full((B, kv_heads, H // kv_heads, T), float("-inf"))  # running max
-        self.l = torch.zeros_like(self.m)  # running sum of e^(score - m)
-        self.o = torch.zeros_like(self.q)  # running sum of e^(score - m) v
+        # CUDA kernels read the queries' own dtype; on CPU (kernel and explicit) and in explicit tiles: scores' dtype
+        self.q = q.to(q.dtype if q.is_cuda else self.dtype).reshape(B, kv_heads, H // kv_heads, T, d)
+        self.o: Tensor | None = None  # running sum of e^(score - m) v, [B, Hkv, G, T, d]
+        self.m: Tensor | None = None  # running max (or log-sum-exp), [B, Hkv, G, T]
+        self.l: Tensor | None = None  # running sum of e^(score - m); None: all ones (o normalized)
 
     def add(self, k: Tensor, v: Tensor, kpos: Tensor) -> None:
         """Attend to keys k and values v [B, Hkv, n, d] at positions kpos [n] (ascending)."""
-        T, n, w = self.shape[2], k.shape[2], self.window
-        for c in range(0, n, TILE):
-            e = min(n, c + TILE)
-            k_lo, k_hi = int(kpos[c]), int(kpos[e - 1])
-            kt = k[:, :, None, c:e].to(self.dtype).transpose(-1, -2)
-            vt = v[:, :, None, c:e].to(self.dtype)
-            for a in range(0, T, TILE):
-                b = min(T, a + TILE)
-                q_lo, q_hi = int(self.qpos[a]), int(self.qpos[b - 1])
-                if k_lo > q_hi or (w is not None and k_hi <= q_lo - w):
-                    continue  # every key of the tile is masked for every query
-                partial = k_hi > q_lo or (w is not None and k_lo <= q_hi - w)
-                if FUSED and self.softcap is None and self.q.device.type == "cpu":
-                    if not partial:  # every key visible to every query
-                        self._fused(a, b, kt, vt, causal=False)
-                        continue
-                    if w is None and (q_lo, q_hi, b - a) == (k_lo, k_hi, e - c) and q_hi - q_lo + 1 == b - a:
-                        self._fused(a, b, kt, vt, causal=True)  # the same contiguous positions: plain causal
-                        continue
-                s = torch.matmul(self.q[..., a:b, :], kt).mul_(self.scale)  # [B, Hkv, G, tq, tk]
-                if self.softcap is not None:
-                    s = s.div_(self.softcap).tanh_().mul_(self.softcap)
-                if partial:
-                    qp, kp = self.qpos[a:b].to(s.device)[:, None], kpos[c:e].to(s.device)[None, :]
-                    allowed = kp <= qp if w is None else (kp <= qp) & (kp > qp - w)
-                    s.masked_fill_(~allowed, float("-inf"))
-                self._update(a, b, s, vt)
+        if len(kpos):
+            self._block(k, v, kpos, 0, self.shape[2], 0, len(kpos))
 
-    def _fused(self, a: int, b: int, kt: Tensor, vt: Tensor, causal: bool) -> None:
-        """Queries a..b against one key tile (kt [B, Hkv, 1, d, tk], vt [B, Hkv, 1, tk, d]) with PyTorch's fused
-        CPU attention, which also returns the log-sum-exp that folds the tile in exactly."""
-        B, Hkv, G, _, d = self.q.shape
-        t = b - a
-        q = self.q[..., a:b, :]
-        k, v = kt.squeeze(2).transpose(-1, -2), vt.squeeze(2)
-        if causal and G > 1:  # each query head against its key head's tile (causal masks by index)
-            q = q.reshape(B, Hkv * G, t, d)
-            k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
-        else:  # a key head's G query heads read as one longer run of queries
-            q = q.reshape(B, Hkv, G * t, d)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q.contiguous(), k.contiguous(), v.contiguous(), 0.0, causal, scale=self.scale
-        )
-        out, lse = out.reshape(B, Hkv, G, t, d).to(self.dtype), lse.reshape(B, Hkv, G, t).to(self.dtype)
+    def _block(self, k: Tensor, v: Tensor, kpos: Tensor, a: int, b: int, c: int, e: int) -> None:
+        """Queries a..b against keys c..e: the keys masked for every query dropped, then in one or two fused
+        calls where the positions allow (keys visible to every query; the same positions, causal), else split
+        into TILE x TILE blocks, each fused where it can be and explicit otherwise."""
+        w, kp = self.window, kpos[c:e]
+        q_lo, q_hi = int(self.qpos[a]), int(self.qpos[b - 1])
+        c, e = (c + int(torch.searchsorted(kp, q_lo - w, right=True)) if w is not None else c,
+                c + int(torch.searchsorted(kp, q_hi, right=True)))  # fmt: skip
+        if c >= e:
+            return  # every key is masked for every query
+        k_lo, k_hi = int(kpos[c]), int(kpos[e - 1])
+        partial = k_hi > q_lo or (w is not None and k_lo <= q_hi - w)
+        if not partial:  # every key visible to every query
+            if self._fused(k, v, a, b, [(c, e, False)]):
+                return
+        elif w is None:  # keys before the first query are visible to every query; the rest may be the diagonal
+            mid = c + int(torch.searchsorted(kpos[c:e], q_lo))
+            if _same_run(self.qpos[a:b], kpos[mid:e]) and self._fused(k, v, a, b, [(c, mid, False), (mid, e, True)]):
+                return
+        if b - a > TILE or e - c > TILE:
+            for c2 in range(c, e, TILE):
+                for a2 in range(a, b, TILE):
+                    self._block(k, v, kpos, a2, min(b, a2 + TILE), c2, min(e, c2 + TILE))
+            return
+        kt = k[:, :, None, c:e].to(self.dtype).transpose(-1, -2)
+        s = torch.matmul(self.q[..., a:b, :].to(self.dtype), kt).mul_(self.scale)  # [B, Hkv, G, tq, tk]
+        if self.softcap is not None:
+            s = s.div_(self.softcap).tanh_().mul_(self.softcap)
+        if partial:
+            qp, kp = self.qpos[a:b].to(s.device)[:, None], kpos[c:e].to(s.device)[None, :]
+            allowed = kp <= qp if w is None else (kp <= qp) & (kp > qp - w)
+            s.masked_fill_(~allowed, float("-inf"))
+        self._update(a, b, s, v[:, :, None, c:e].to(self.dtype))
+
+    def _fused(self, k: Tensor, v: Tensor, a: int, b: int, keys: list[tuple[int, int, bool]]) -> bool:
+        """Queries a..b against each key range (c, e, causal) of `keys` through PyTorch's fused attention, folded
+        in exactly by its log-sum-exp; False, with nothing done, when some range has no fused kernel."""
+        B, H, _, d = self.shape
+        Hkv, G, t = self.q.shape[1], self.q.shape[2], b - a
+        q = self.q[..., a:b, :].reshape(B, H, t, d)
+        parts = [(k[:, :, c:e].to(q.dtype), v[:, :, c:e].to(q.dtype), causal) for c, e, causal in keys if e > c]
+        kernels = [fused_kernel(q, kc, vc, causal, self.softcap) for kc, vc, causal in parts]
+        if None in kernels:
+            return False
+        for kernel, (kc, vc, causal) in zip(kernels, parts, strict=True):
+            out, lse = fused_attention(kernel, q, kc, vc, self.scale, causal)
+            self._fold(a, b, out.reshape(B, Hkv, G, t, d), lse.reshape(B, Hkv, G, t))
+        return True
+
+    def _fold(self, a: int, b: int, out: Tensor, lse: Tensor) -> None:
+        """Fold the normalized output out [B, Hkv, G, t, d] of queries a..b over some keys, with its log-sum-exp
+        lse (finite: every query saw a key), into the running state."""
+        lse = lse.to(self.dtype)
+        if self.o is None and (a, b) == (0, self.shape[2]):  # the first keys of every query: a normalized state
+            self.o, self.m = out, lse
+            return
+        self._state()
         m_old = self.m[..., a:b]
         m_new = torch.maximum(m_old, lse)
-        old, new = torch.exp(m_old - m_new), torch.exp(lse - m_new)  # lse is finite: every row sees a key
+        old, new = torch.exp(m_old - m_new), torch.exp(lse - m_new)
         self.l[..., a:b].mul_(old).add_(new)
         self.o[..., a:b, :].mul_(old[..., None]).add_(out * new[..., None])
         self.m[..., a:b] = m_new
 
+    def _state(self) -> None:
+        """Make (o, m, l) explicit, in the score dtype: empty (no keys yet), or from a normalized state (l = 1)."""
+        if self.o is None:
+            self.o = torch.zeros_like(self.q, dtype=self.dtype)
+            self.m = self.o.new_full(self.o.shape[:-1], float("-inf"))
+            self.l = torch.zeros_like(self.m)
+        elif self.l is None:
+            self.o, self.l = self.o.to(self.dtype), torch.ones_like(self.m)
+
     def _update(self, a: int, b: int, s: Tensor, vt: Tensor) -> None:
         """Fold one tile of scores s [B, Hkv, G, tq, tk] (consumed) and its values into queries a..b."""
+        self._state()
         m_old = self.m[..., a:b]
         m_new = torch.maximum(m_old, s.amax(-1))
         safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows that see no key yet
@@ -142,6 +229,7 @@ class OnlineSoftmax:
 
     def packed(self) -> Tensor:
         """(o, m, l) in one tensor [B, Hkv, G, T, d + 2], for the exchange."""
+        self._state()
         return torch.cat([self.o, self.m[..., None], self.l[..., None]], -1)
 
     def merge(self, parts: list[Tensor]) -> None:
@@ -158,7 +246,9 @@ class OnlineSoftmax:
     def result(self) -> Tensor:
         """The attention output [B, T, H, d] in the queries' dtype (what attention functions return)."""
         B, H, T, d = self.shape
-        out = (self.o / self.l[..., None]).reshape(B, H, T, d)
+        if self.o is None:
+            self._state()  # no keys: 0 / 0, as softmax over no keys
+        out = (self.o if self.l is None else self.o / self.l[..., None]).reshape(B, H, T, d)
         return out.transpose(1, 2).to(self.out_dtype).contiguous()
 
 

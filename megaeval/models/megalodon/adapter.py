@@ -31,6 +31,7 @@ from ...tokenizers import SentencePieceTokenizer
 from ..chunked import ChunkedStreamingLM
 from . import checkpoint
 from .config import ModelArgs
+from .decode import StaticDecoder
 from .model import Megalodon, MegalodonState, complex_dtype
 
 NORM_STATS = ("cumulative", "official-window")
@@ -44,6 +45,7 @@ class MegalodonLM(ChunkedStreamingLM):
 
     family = "megalodon"
     max_context = None
+    static_decode = "auto"  # decoder(): "auto" on CUDA (a CUDA graph), "on" anywhere (off CUDA an eager step), "off"
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class MegalodonLM(ChunkedStreamingLM):
         self.model.use_kernels(select(kernels, self.device, self.dtype))
         chunk = self.args.chunk_size
         self.window_step = WINDOW_STEP_CHUNKS * chunk if norm_stats == "official-window" else None
+        self._decoder: StaticDecoder | None = None
 
     # ------------------------------------------------------------------------------- contract
 
@@ -79,6 +82,23 @@ class MegalodonLM(ChunkedStreamingLM):
         if self.norm_stats == "official-window":
             state.history = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
         return state
+
+    def decoder(self, batch_size: int) -> StaticDecoder | None:
+        """A StaticDecoder of `batch_size` rows (kept for the next call of the same size), or None where decoding
+        stays on `forward`: the official-window mode, off CUDA (unless static_decode is "on"), or too little free
+        memory for its buffers (a whole chunk of keys and values per row and layer)."""
+        if self.norm_stats != "cumulative" or self.static_decode == "off":
+            return None
+        on_cuda = self.device.type == "cuda"
+        if not on_cuda and self.static_decode != "on":
+            return None
+        if self._decoder is None or self._decoder.batch_size != batch_size:
+            self._decoder = None  # free the buffers of another size first
+            need = StaticDecoder.nbytes(self.model, batch_size)
+            if on_cuda and torch.cuda.mem_get_info(self.device)[0] < 1.25 * need:
+                return None
+            self._decoder = StaticDecoder(self.model, batch_size, graph=on_cuda)
+        return self._decoder
 
     # ------------------------------------------------------------------------------- internals
 
@@ -148,6 +168,10 @@ class MegalodonLM(ChunkedStreamingLM):
                 digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(digests).encode()).hexdigest()
             )
         return self._weights_sha256
+
+    def flops_per_token(self, context_length: int) -> float | None:
+        """Matmul FLOPs per token of a fresh pass of `context_length` tokens (ModelArgs.flops_per_token)."""
+        return self.args.flops_per_token(context_length)
 
     def parameter_count(self) -> int:
         """Number of distinct parameters (a shared embedding counts once)."""

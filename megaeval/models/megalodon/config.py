@@ -57,6 +57,23 @@ class ModelArgs:
     def v_head_dim(self) -> int:
         return self.value_dim // self.num_heads
 
+    def flops_per_token(self, context_length: int | None = None) -> float:
+        """Matmul FLOPs of the forward pass per token, 2 per multiply-add (the model FLOPs of MFU).
+
+        Per layer: the projections v, z, r (model_dim D to value_dim E, z_dim Z, E), h (D to D and E to D) and
+        the feed-forward (D to ffn_hidden_dim F and back, SwiGLU adding a second D to F), so
+        2 (D E + D Z + D E + D D + E D + D F (3 with SwiGLU, else 2)); and causal attention within chunks: a token
+        meets k keys, each costing Z multiply-adds for QK^T and E for PV (summed over heads), so 2 k (Z + E).
+        Then the output layer, 2 D out_size. k is averaged over a fresh-state pass of `context_length` tokens
+        (whole chunks, and a partial last one): (chunk_size + 1) / 2 when the length is a multiple of the chunk,
+        as for None. Not counted: CEMA, norms, softmax, the embedding lookup, elementwise work, attention
+        positions masked out (causal half) and the official-window mode's recomputation of norm statistics.
+        """
+        D, Z, E, F = self.model_dim, self.z_dim, self.value_dim, self.ffn_hidden_dim
+        projections = D * E + D * Z + D * E + D * D + E * D + D * F * (3 if self.swiglu else 2)
+        keys = chunked_keys_per_token(self.chunk_size, context_length)
+        return self.num_layers * 2 * (projections + keys * (Z + E)) + 2 * D * self.out_size
+
     def to_dict(self) -> dict[str, Any]:
         """Plain dict under the official field names."""
         return asdict(self)
@@ -117,6 +134,17 @@ POSITIVE_INTS = (
     "vocab_size",
 )
 BOOLS = ("norm_affine", "swiglu", "rescale_nffn", "scale_emb", "share_emb")
+
+
+def chunked_keys_per_token(chunk: int, length: int | None = None) -> float:
+    """Keys a token attends to under causal attention within chunks, averaged over a pass of `length` tokens from
+    a chunk boundary (None: whole chunks, (chunk + 1) / 2)."""
+    if length is None:
+        return (chunk + 1) / 2
+    if length <= 0:
+        raise ValueError(f"context length must be positive, got {length}")
+    whole, rest = divmod(length, chunk)
+    return (whole * chunk * (chunk + 1) / 2 + rest * (rest + 1) / 2) / length
 
 
 def _is_int(value: Any) -> bool:

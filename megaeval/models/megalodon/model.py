@@ -24,7 +24,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...kernels.attention import rows_attention
-from ...kernels.common import acc_dtype
 from ...kernels.dispatch import TORCH, Ops
 from ...kernels.nll import nll_from_logits
 from ...kernels.timestep_norm import timestep_norm as timestep_norm_ref
@@ -108,23 +107,18 @@ class MultiHeadComplexEMA(nn.Module):
 # ------------------------------------------------------------------------------------ norms
 
 
-def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
-    """x / rms(x), times (weight + 1) when affine."""
-    acc = acc_dtype(x.dtype)
-    y = x.to(acc) * torch.rsqrt(x.to(acc).pow(2).mean(-1, keepdim=True) + eps)
-    if weight is not None:
-        y = y * (weight.to(acc) + 1.0)
-    return y.to(x.dtype)
-
-
 class RMSNorm(nn.Module):
+    """x / rms(x), times (weight + 1) when affine (megaeval.kernels.rms_norm)."""
+
+    ops: Ops = TORCH
+
     def __init__(self, dim: int, eps: float, affine: bool):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.zeros(dim)) if affine else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        return self.ops.rms_norm(x, self.weight, self.eps)
 
 
 class LayerNorm(nn.Module):
@@ -195,11 +189,10 @@ class MovingAverageGatedAttention(nn.Module):
         H = self.num_heads
         mx = self.rmsnorm(out_cema)
 
-        z = rms_norm(self.wz(mx).view(B, T, H, -1), None, self.eps).view(B, T, 1, -1)  # per-head, no affine
+        z = self.ops.rms_norm(self.wz(mx).view(B, T, H, -1), None, self.eps).view(B, T, 1, -1)  # per-head, no affine
         z_head_dim = self.gamma.shape[1] // H
         q, k = (z * ((self.gamma + 1.0) / math.sqrt(z_head_dim)) + self.beta).unbind(2)
         v = F.silu(self.wv(out_tsn))
-        r = F.silu(self.wr(mx))
 
         q, k, v = q.view(B, T, H, -1), k.view(B, T, H, -1), v.view(B, T, H, -1)
         if fill is None:
@@ -207,12 +200,14 @@ class MovingAverageGatedAttention(nn.Module):
                                                                 self.rope_base)  # fmt: skip
         else:
             attn, k_cache, v_cache = rows_attention(q, k, v, k_cache, v_cache, fill, self.chunk_size, self.rope_base)
-        h_out = self.wh1(mx) + self.wh2(attn.reshape(B, T, -1) * r)
+        h_out = self.wh1(mx) + self.wh2(self.ops.silu_mul(attn.reshape(B, T, -1), self.wr(mx)))  # gate: silu(r)
         return x + h_out, k_cache, v_cache
 
 
 class NormalizedFeedForwardNetwork(nn.Module):
     """LayerNorm -> (SwiGLU or SiLU) FFN, optionally rescaled per dimension, plus a given residual."""
+
+    ops: Ops = TORCH
 
     def __init__(self, a: ModelArgs):
         super().__init__()
@@ -224,9 +219,7 @@ class NormalizedFeedForwardNetwork(nn.Module):
 
     def forward(self, y: Tensor, residual: Tensor) -> Tensor:
         x = self.norm(y)
-        hidden = F.silu(self.fc1(x))
-        if self.fc3 is not None:
-            hidden = hidden * self.fc3(x)
+        hidden = F.silu(self.fc1(x)) if self.fc3 is None else self.ops.silu_mul(self.fc3(x), self.fc1(x))
         out = self.fc2(hidden)
         if self.alpha is not None:
             out = self.alpha * out
@@ -343,7 +336,8 @@ class Megalodon(nn.Module):
     def use_kernels(self, ops: Ops) -> Megalodon:
         """Compute TimestepNorm, CEMA, attention and the NLL with `ops` (megaeval.kernels.select)."""
         for module in self.modules():
-            if isinstance(module, (Megalodon, TimestepNorm, MultiHeadComplexEMA, MovingAverageGatedAttention)):
+            if isinstance(module, (Megalodon, TimestepNorm, MultiHeadComplexEMA, MovingAverageGatedAttention, RMSNorm,
+                                   NormalizedFeedForwardNetwork)):  # fmt: skip
                 module.ops = ops
         return self
 
@@ -351,12 +345,14 @@ class Megalodon(nn.Module):
     def init_weights(self, seed: int = 0) -> Megalodon:
         """Initialise like the official code: Gaussian embeddings/outputs, He-normal projections,
         zero norm weights (scale 1) and biases, CEMA per its reset (alpha, delta ~ N(0, 0.2); theta
-        from a geometric frequency ladder; gamma ~ N(0, 1) real; omega ~ TruncNormal(0, 0.25))."""
-        g = torch.Generator().manual_seed(seed)
+        from a geometric frequency ladder; gamma ~ N(0, 1) real; omega ~ TruncNormal(0, 0.25)).
+        The numbers are drawn on the model's device (a CUDA model draws its own, without a trip through the CPU)."""
+        device = self.embed.weight.device
+        g = torch.Generator(device=device).manual_seed(seed)
         D = self.args.model_dim
 
         def normal_(t: Tensor, std: float) -> None:
-            t.copy_(torch.randn(t.shape, generator=g) * std)
+            t.copy_(torch.randn(t.shape, generator=g, device=device) * std)
 
         for name, p in self.named_parameters():
             if name.endswith(("norm.weight", "norm.bias", ".bias", "mega.gamma", "mega.beta")):
@@ -373,10 +369,11 @@ class Megalodon(nn.Module):
             e = m.cema
             normal_(e.alpha, 0.2)
             normal_(e.delta, 0.2)
-            freqs = torch.exp(-torch.arange(1, D + 1, dtype=torch.float64) * math.log(D) / D)
-            freqs = freqs[torch.randperm(D, generator=g)]
+            freqs = torch.exp(-torch.arange(1, D + 1, dtype=torch.float64, device=device) * math.log(D) / D)
+            freqs = freqs[torch.randperm(D, generator=g, device=device)]
             e.theta.copy_(torch.log(freqs / (1 - freqs)).view(D, 1, 1))
             normal_(e.gamma, 1.0)
             e.gamma[:, :, 1] = 0.0
-            e.omega.copy_(torch.nn.init.trunc_normal_(torch.empty(D, 1), std=0.25, a=-1.0, b=1.0, generator=g))
+            omega = torch.empty(D, 1, device=device)
+            e.omega.copy_(torch.nn.init.trunc_normal_(omega, std=0.25, a=-1.0, b=1.0, generator=g))
         return self

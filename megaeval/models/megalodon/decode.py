@@ -1,0 +1,282 @@
+"""MEGALODON greedy decoding, one token per row per step, in buffers that never change: on CUDA one graph replay.
+
+`Megalodon.forward` runs a decoding step eagerly, and its shapes change every token (the chunk's K/V cache grows,
+the norm counts are Python ints), so a step pays Python and launch overhead over some 60 kernels a layer.
+`StaticDecoder` holds a fixed number of rows (slots) in static buffers: per layer the TimestepNorm statistics
+(counts, mean and variance in float64), the CEMA state and a whole chunk of keys and values, each row's fill a
+tensor; the final norm's statistics; the input tokens and the output logits. A step reads and writes only those,
+with no host synchronisation, so on CUDA it is captured once in a CUDA graph and each step is one replay.
+
+A step computes what `Megalodon._forward_rows` computes (one token per row, each row at its own position). It runs
+the model's own projections, FFN and output layer; only what changes shape is written here: TimestepNorm and CEMA
+for one timestep (`kernels.timestep_norm.cumulative_moments` and `kernels.cema.cema` at T = 1) and attention over
+a chunk-sized cache whose slots past the row's fill are masked (`kernels.attention.rows_attention`). At batch 1 a
+7B step is bound by reading the weights and every small kernel adds to it, so the step is written in few kernels:
+statistics updated in place, rotary phases and masks computed once a step for every layer, and, in bfloat16, the
+elementwise work between two projections kept in float32 (rounded to the model dtype only where a projection reads
+it; the eager step rounds after every operation). float32 and float64 steps equal the eager ones to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ...errors import fail
+from ...kernels.common import acc_dtype
+from ..base import one_or_per_row
+from .model import MegaBlock, Megalodon, TimestepNorm, complex_dtype
+from .state import LayerState, MegalodonState, NormState
+
+WARMUP_STEPS = 3  # eager steps on a side stream before capture (cuBLAS workspaces, lazy initialisation)
+
+
+@dataclass
+class _Norm:
+    """One TimestepNorm's statistics (float64, updated in place) and affine terms (float64)."""
+
+    mean: Tensor  # [B, G]
+    var: Tensor  # [B, G]
+    weight: Tensor  # [D]: weight + 1
+    bias: Tensor  # [D]
+    eps: float
+
+
+@dataclass
+class _Layer:
+    """One layer's state buffers and the constants its step uses."""
+
+    norm: _Norm
+    h: Tensor  # [B, D, N] complex CEMA state
+    k: Tensor  # [B, H, chunk, dz] rotated keys, in the accumulation dtype (scores in float32 for bf16 models)
+    v: Tensor  # [B, H, chunk, dv] values
+    p: Tensor  # [D, N] CEMA input weight (real)
+    q: Tensor  # [D, N] CEMA decay (complex)
+    gamma: Tensor  # [D, N] CEMA output weight (complex)
+    omega: Tensor  # [D] CEMA skip weight
+    rms_weight: Tensor | None  # [D]: weight + 1, in the accumulation dtype
+    qk_scale: Tensor  # [2, Z]: (gamma + 1) / sqrt(dz) as the model computes it, in the accumulation dtype
+    qk_offset: Tensor  # [2, Z]: beta, in the accumulation dtype
+
+
+class StaticDecoder:
+    """A MEGALODON's greedy decoding steps for `batch_size` rows (slots), each row's state in static buffers.
+
+    `load(state, rows)` puts the rows of a state into slots, `step(tokens)` feeds one token to every slot and
+    returns its logits, `state(rows)` gives slots back as a MegalodonState. With `graph` (CUDA only) the step is
+    captured once in a CUDA graph; otherwise it runs eagerly. The model's weights must not change afterwards."""
+
+    def __init__(self, model: Megalodon, batch_size: int, graph: bool = False):
+        a = model.args
+        ref = model.embed.weight
+        self.model, self.batch_size, self.chunk = model, batch_size, a.chunk_size
+        self.dtype, self.acc, self.device = ref.dtype, acc_dtype(ref.dtype), ref.device
+        self.heads, self.vocab_size = a.num_heads, a.vocab_size
+        B, H, C, dev = batch_size, a.num_heads, a.chunk_size, ref.device
+        with torch.inference_mode():
+            self.tokens = torch.zeros(B, dtype=torch.long, device=dev)
+            self.logits = torch.zeros(B, a.out_size, dtype=torch.promote_types(self.dtype, torch.float32), device=dev)
+            self.fill = torch.zeros(B, dtype=torch.long, device=dev)  # keys each row's chunk holds
+            self.counts = torch.zeros(a.num_layers + 1, B, 1, dtype=torch.float64, device=dev)  # layers, final norm
+            self.layers = [self._layer_buffers(block) for block in model.layers]
+            self.final = self._norm_buffers(model.output.final_norm)
+            self.slot_ids = torch.arange(C, device=dev)
+            self.slot_base = (torch.arange(B, device=dev)[:, None] * H + torch.arange(H, device=dev)) * C
+            # e^(i * position * frequency) for every position in a chunk: `apply_rope`'s angles, as pairs rotate
+            d = a.z_head_dim
+            inv_freq = 1.0 / model.layers[0].mega.rope_base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+            angle = torch.arange(C, dtype=torch.float64)[:, None] * inv_freq
+            self.rope = torch.complex(angle.cos().to(self.acc), angle.sin().to(self.acc)).to(dev)
+        self.positions = [0] * B  # on the host: a step never reads them back
+        self.fills = [0] * B
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self.load(model.init_state(B))
+        if graph:
+            self._capture()
+
+    def _norm_buffers(self, norm: TimestepNorm) -> _Norm:
+        B, dev = self.batch_size, self.device
+        G = norm.num_groups
+        zeros = torch.zeros(B, G, dtype=torch.float64, device=dev)
+        return _Norm(zeros, zeros.clone(), norm.weight.double() + 1.0, norm.bias.double(), norm.eps)
+
+    def _layer_buffers(self, block: MegaBlock) -> _Layer:
+        mega, a = block.mega, self.model.args
+        B, H, C, dev = self.batch_size, a.num_heads, a.chunk_size, self.device
+        p, log_q, gamma = mega.cema.coefficients()
+        cplx = complex_dtype(self.dtype)
+        return _Layer(
+            norm=self._norm_buffers(mega.timenorm),
+            h=torch.zeros(B, a.model_dim, a.cema_ndim, dtype=cplx, device=dev),
+            k=torch.zeros(B, H, C, a.z_head_dim, dtype=self.acc, device=dev),
+            v=torch.zeros(B, H, C, a.v_head_dim, dtype=self.dtype, device=dev),
+            p=p.to(self.acc), q=torch.exp(log_q).to(cplx), gamma=gamma.to(cplx),
+            omega=mega.cema.omega.reshape(-1).to(self.acc),
+            rms_weight=None if mega.rmsnorm.weight is None else mega.rmsnorm.weight.to(self.acc) + 1.0,
+            qk_scale=((mega.gamma + 1.0) / math.sqrt(mega.gamma.shape[1] // H)).to(self.acc),
+            qk_offset=mega.beta.to(self.acc),
+        )  # fmt: skip
+
+    @staticmethod
+    def nbytes(model: Megalodon, batch_size: int) -> int:
+        """Bytes of the state buffers a decoder of `batch_size` rows holds for `model` (about)."""
+        a, dtype = model.args, model.embed.weight.dtype
+        dtypes = (dtype, acc_dtype(dtype), complex_dtype(dtype))
+        size, acc, cplx = (torch.empty(0, dtype=t).element_size() for t in dtypes)
+        per_layer = a.model_dim * a.cema_ndim * cplx + a.chunk_size * (a.z_dim * acc + a.value_dim * size)
+        return batch_size * (a.num_layers * per_layer + (a.num_layers + 1) * 16 * a.norm_num_groups + 4 * a.out_size)
+
+    # ------------------------------------------------------------------------------- state in and out
+
+    @torch.inference_mode()
+    def load(self, state: MegalodonState, rows: Sequence[int] | None = None) -> None:
+        """Put the rows of `state` (plain or stacked) into slots `rows` (default: all, in order); other slots keep
+        theirs. `state` is left as it was."""
+        rows = list(range(self.batch_size)) if rows is None else list(rows)
+        if state.history is not None:
+            raise ValueError("a state of the official-window norm mode decodes eagerly, not in a StaticDecoder")
+        if len(state.positions()) != len(rows) or len(state.layers) != len(self.layers):
+            raise ValueError(f"a state of {len(state.positions())} rows and {len(state.layers)} layers does not fit "
+                             f"slots {rows} of a {len(self.layers)}-layer decoder")  # fmt: skip
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        for i, (buf, s) in enumerate(zip(self.layers, state.layers, strict=True)):
+            self._load_norm(i, buf.norm, s.norm, index)
+            buf.h[index] = s.cema.to(buf.h.dtype)
+            width = s.k.shape[1]
+            for cache, part in ((buf.k, s.k), (buf.v, s.v)):
+                cache[index] = 0  # slots past a row's fill are masked; zeros keep them finite
+                if width:
+                    cache[index, :, :width] = part.transpose(1, 2).to(cache.dtype)
+        self._load_norm(len(self.layers), self.final, state.final_norm, index)
+        fills = state.row_fills()
+        self.fill[index] = torch.tensor(fills, dtype=torch.long, device=self.device)
+        for r, position, fill in zip(rows, state.positions(), fills, strict=True):
+            self.positions[r], self.fills[r] = position, fill
+
+    def _load_norm(self, i: int, buf: _Norm, norm: NormState, index: Tensor) -> None:
+        self.counts[i, index, 0] = torch.tensor(norm.counts(), dtype=torch.float64, device=self.device)
+        buf.mean[index] = norm.mean.to(torch.float64)
+        buf.var[index] = norm.var.to(torch.float64)
+
+    @torch.inference_mode()
+    def state(self, rows: Sequence[int] | None = None) -> MegalodonState:
+        """The state of slots `rows` (default: all) as a MegalodonState, sharing no tensor with the buffers: rows
+        at different positions come out stacked, as `MegalodonState.stack` makes them."""
+        rows = list(range(self.batch_size)) if rows is None else list(rows)
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        positions, fills = [self.positions[r] for r in rows], [self.fills[r] for r in rows]
+        width = max(fills, default=0)
+        counts = self.counts[:, index, 0].tolist()
+
+        def norm(i: int, buf: _Norm) -> NormState:
+            return NormState(one_or_per_row([int(c) for c in counts[i]]), buf.mean[index], buf.var[index])
+
+        layers = []
+        for i, buf in enumerate(self.layers):
+            k, v = (cache[index, :, :width].transpose(1, 2).to(self.dtype) for cache in (buf.k, buf.v))
+            layers.append(LayerState(norm(i, buf.norm), buf.h[index], k, v))
+        alike = len(set(positions)) == 1
+        final = norm(len(self.layers), self.final)
+        return MegalodonState(layers, final, one_or_per_row(positions), None, None if alike else fills)
+
+    # ------------------------------------------------------------------------------- the step
+
+    @torch.inference_mode()
+    def step(self, tokens: Sequence[int] | Tensor) -> Tensor:
+        """Logits [B, out_size] (float32; float64 for float64 models) after one more token in every slot (tokens
+        [B]); every slot's state moves on by that token."""
+        if not isinstance(tokens, Tensor):
+            tokens = list(tokens)
+            if any(t < 0 or t >= self.vocab_size for t in tokens):
+                raise fail(f"token ids must lie in [0, {self.vocab_size}), got {tokens}",
+                           "encode with this model's tokenizer")  # fmt: skip
+            tokens = torch.tensor(tokens, dtype=torch.long)
+        if tokens.numel() != self.batch_size:
+            raise ValueError(f"a step takes one token per slot ({self.batch_size}), got {tokens.numel()}")
+        self.tokens.copy_(tokens.reshape(-1))
+        if self._graph is not None:
+            self._graph.replay()
+        else:
+            self._compute()
+        self.positions = [p + 1 for p in self.positions]
+        self.fills = [(f + 1) % self.chunk for f in self.fills]
+        return self.logits.clone()
+
+    def _capture(self) -> None:
+        """Capture `_compute` in a CUDA graph, after warm-up steps on a side stream (the state is then reset)."""
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            for _ in range(WARMUP_STEPS):
+                self._compute()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph):
+            self._compute()
+        self._graph = graph
+        self.load(self.model.init_state(self.batch_size))
+
+    def _compute(self) -> None:
+        """One token for every slot, from the static buffers into them: what the CUDA graph holds."""
+        B, C = self.batch_size, self.chunk
+        self.counts.add_(1)  # counts[i] now includes this token: n
+        inv_n = self.counts.reciprocal()
+        carried = (self.counts - 1) * inv_n  # c / n: weight of the statistics carried in
+        masked = (self.slot_ids > self.fill[:, None]).view(B, 1, 1, C)  # past the row's own key: hidden
+        phase = self.rope[self.fill].view(B, 1, 1, -1)
+        index = (self.slot_base + self.fill[:, None]).view(-1)  # the token's slot, per row and head
+        x = self.model.embed(self.tokens)
+        if self.model.emb_scale is not None:
+            x = x * self.model.emb_scale
+        for i, (block, buf) in enumerate(zip(self.model.layers, self.layers, strict=True)):
+            x = self._layer(block, buf, x, inv_n[i], carried[i], masked, phase, index)
+        hidden = self._timestep_norm(self.final, x, inv_n[-1], carried[-1])
+        self.logits.copy_(self.model.logits(hidden))
+        self.fill.add_(1).remainder_(C)
+
+    def _layer(self, block: MegaBlock, buf: _Layer, x: Tensor, inv_n: Tensor, carried: Tensor, masked: Tensor,
+               phase: Tensor, index: Tensor) -> Tensor:  # fmt: skip
+        """`MegaBlock` for one token per row, x [B, D]: `MovingAverageGatedAttention.gated_attention` with the
+        cache a whole chunk, then the FFN."""
+        mega, B, H, acc = block.mega, self.batch_size, self.heads, self.acc
+        y = self._timestep_norm(buf.norm, x, inv_n, carried)
+        mx = F.rms_norm(self._cema(buf, y), (y.shape[-1],), buf.rms_weight, mega.eps).to(self.dtype)
+        z = mega.wz(mx).view(B, H, -1).to(acc)
+        z = F.rms_norm(z, z.shape[-1:], None, mega.eps).view(B, 1, -1)
+        qk = torch.addcmul(buf.qk_offset, z, buf.qk_scale)  # [B, 2, Z]: the query, the key
+        pairs = torch.view_as_complex(qk.view(B, 2, H, -1, 2))  # rotary embedding as complex products
+        q, k = torch.view_as_real(pairs * phase).view(B, 2, H, -1).unbind(1)
+        v = F.silu(mega.wv(y))
+        r = F.silu(mega.wr(mx))
+        buf.k.view(-1, buf.k.shape[-1]).index_copy_(0, index, k.reshape(B * H, -1))  # the token joins its chunk
+        buf.v.view(-1, buf.v.shape[-1]).index_copy_(0, index, v.view(B * H, -1))
+        scores = torch.matmul(q.unsqueeze(2), buf.k.transpose(-1, -2)).masked_fill_(masked, -math.inf)
+        attn = torch.matmul(torch.softmax(scores, dim=-1).to(self.dtype), buf.v)  # [B, H, 1, dv]
+        h = mega.wh1(mx).addmm_(attn.view(B, -1) * r, mega.wh2.weight.t())  # wh1(mx) + wh2(attn * r)
+        return block.nffn(x + h, x)
+
+    @staticmethod
+    def _timestep_norm(buf: _Norm, x: Tensor, inv_n: Tensor, carried: Tensor) -> Tensor:
+        """TimestepNorm of one timestep x [B, D], its statistics updated in place (`cumulative_moments` at T = 1:
+        mean += d / n, var = (c var + step_var + d^2) / n - (d / n)^2, with d = step_mean - mean)."""
+        B, G = buf.mean.shape
+        xg = x.view(B, G, -1).double()
+        step_var, step_mean = torch.var_mean(xg, dim=-1, correction=0)
+        d = step_mean - buf.mean
+        # var + (step_var + d^2 c / n - var) / n: the same variance; lerp of two non-negative ends stays >= 0
+        buf.var.lerp_(torch.addcmul(step_var, d * carried, d), inv_n)
+        buf.mean.lerp_(step_mean, inv_n)
+        y = (xg - buf.mean[..., None]) * torch.rsqrt(buf.var + buf.eps)[..., None]
+        return torch.addcmul(buf.bias, y.view(B, -1), buf.weight, out=torch.empty_like(x))  # rounded to x.dtype
+
+    @staticmethod
+    def _cema(buf: _Layer, y: Tensor) -> Tensor:
+        """CEMA of one timestep y [B, D], its state updated in place: h = p y + q h, out = Re(sum gamma h) + omega y
+        (in the accumulation dtype: what follows is an RMSNorm, computed there)."""
+        torch.view_as_real(buf.h.mul_(buf.q))[..., 0].addcmul_(buf.p, y[..., None])
+        return torch.addcmul((buf.h * buf.gamma).sum(-1).real, buf.omega, y)
