@@ -10,8 +10,8 @@
 # 2. bench/kernels.py: each fast op against its reference at 7B shapes (time, error, memory).
 # 3. bench/gpu_end_to_end.py: `score` of the 7B-shaped model, 32 layers to 256K and 4 layers to 2M tokens, MFU,
 #    and where the time goes.
-# 4. bench/gpu_decode.py: a decode step of the 7B-shaped model at batch 1, eager and as a CUDA graph, against the
-#    time to read its weights.
+# 4. bench/gpu_decode.py: a decode step of the 7B-shaped model at batch 1, eager and as CUDA graphs (unfused and
+#    fused), against the time to read its weights; a float32 check of both graphs against the eager forward.
 # 5. bench/gpu_sequence_parallel.py: the Transformers' sequence-parallel attention on one rank against SDPA.
 # 6. `megaeval ppl-sweep --device cuda` on the embedded model: the report's MFU fields, end to end.
 # A step that fails is reported and the next one runs; each has its own time limit.

@@ -1,21 +1,29 @@
-"""Benchmark (CUDA GPU, written for an H100): a MEGALODON greedy decoding step at batch 1, eager and as a CUDA graph.
+"""Benchmark (CUDA GPU, written for an H100): a MEGALODON greedy decoding step at batch 1, eager and as CUDA graphs.
 
-    python bench/gpu_decode.py --out decode.json              # the 7B shape, 32 layers (about a minute)
+    python bench/gpu_decode.py --out decode.json              # the 7B shape, 32 layers (under 90 s)
     python bench/gpu_decode.py --out decode.json --layers 4   # a quick look
 
 A 7B-shaped MEGALODON (model_dim 4096, z 1024, value 8192, 4 heads, FFN 11264 SwiGLU, cema_ndim 16, 64 norm
 groups, chunk 2048, vocabulary 32000) with random weights drawn on the GPU in bfloat16 reads a 100-token prompt
-eagerly, then one greedy step (one token, batch 1) is timed three ways, over --steps steps after a warm-up:
+eagerly, then one greedy step (one token, batch 1) is timed, over --steps steps after a warm-up:
 
   eager forward   `MegalodonLM.forward(token [1, 1], state)`, what greedy decoding ran before
-  decoder, eager  `StaticDecoder.step` (megalodon/decode.py) without its graph: the same kernels, launched one by one
-  decoder, graph  `StaticDecoder.step` replaying its CUDA graph, what greedy decoding runs on CUDA now
+  then for each `StaticDecoder` (megalodon/decode.py) step, unfused (decode_step's PyTorch references, some 50
+  kernels a layer) and fused (decode_step's Triton kernels, 15 a layer):
+  decoder, eager  `StaticDecoder.step` without its graph: the same kernels, launched one by one
+  decoder, graph  `StaticDecoder.step` replaying its CUDA graph, what greedy decoding runs on CUDA
 
-Checks: the graph's logits against the eager forward's over a few teacher-forced steps (bfloat16 tolerance: max
-|difference| <= 5% of max |logit|) and against the decoder's own eager step (the capture: equal up to float noise).
+Checks, each decoder: its graph's logits against its own eager step (the capture: equal up to float noise), and,
+for information only, against the eager forward's over a few teacher-forced steps (in bfloat16 the two round at
+different places, and through 32 random layers that drift reaches some percent of the largest logit: it cannot
+tell a bug from rounding, which the float32 check below does); the kernels one eager step launches (torch.profiler).
+Then a tight check in float32: a 2-layer model of the same widths with chunk 16, two rows at their own positions,
+40 teacher-forced graph steps (both decoders) across chunk boundaries against the eager forward (the plain PyTorch
+references): max |difference| / max |logit| <= 1e-4, which rounding stays far below and a bug does not.
 Each time is set against the time to read the weights once from HBM, at the bandwidth a large device-to-device
 copy reaches (bytes read + written) and at the H100 SXM's nominal 3.35 TB/s. Target: the graph step <= 1.5x the
-weight-read time. Needs torch, triton and megaeval only; without CUDA it stops with a one-line message.
+weight-read time. A part that fails is reported (errors in the JSON) and the others still run. Needs torch, triton
+and megaeval only; without CUDA it stops with a one-line message.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -30,61 +39,19 @@ from typing import Any
 
 import torch
 
-from megaeval.models.megalodon import Megalodon, MegalodonLM, ModelArgs
+from megaeval.models.megalodon import Megalodon, MegalodonLM, MegalodonState
 from megaeval.models.megalodon.decode import StaticDecoder
 
-SEVEN_B = dict(
-    model_dim=4096, z_dim=1024, value_dim=8192, num_heads=4, ffn_hidden_dim=11264, cema_ndim=16, chunk_size=2048,
-    norm_num_groups=64, swiglu=True, vocab_size=32000,
-)  # fmt: skip
-DEVICE = "cuda"
+sys.path.insert(0, __file__.rsplit("/", 1)[0])  # bench/ beside this file: the shared parts of the GPU benches
+from gpu_end_to_end import DEVICE, _Tokenizer, random_model  # noqa: E402
+
 NOMINAL_TBPS = 3.35  # H100 SXM HBM3
 TARGET = 1.5  # graph step at most this many times the weight-read time
 PROMPT = 100
 CHECK_STEPS = 8
-CHECK_TOLERANCE = 0.05  # max |graph - eager| / max |eager logit|
-
-
-class _Tokenizer:
-    bos_id, eos_id = 1, 2
-
-    def __init__(self, vocab_size: int):
-        self.vocab_size = vocab_size
-
-    def describe(self) -> dict[str, Any]:
-        return {}
-
-
-@torch.no_grad()
-def random_model(layers: int, seed: int = 0) -> Megalodon:
-    """The 7B-shaped model in bfloat16 on the GPU: built on the meta device, materialised there, and filled in place
-    with `Megalodon.init_weights`' distributions (8.6B numbers drawn on the CPU would take minutes)."""
-    with torch.device("meta"):
-        model = Megalodon(ModelArgs(num_layers=layers, **SEVEN_B))
-    model = model.to(torch.bfloat16).to_empty(device=DEVICE)
-    g = torch.Generator(device=DEVICE).manual_seed(seed)
-    D = model.args.model_dim
-    for buf in model.buffers():  # the norms' priors: none (count 0, mean 0, log-variance 0)
-        buf.zero_()
-    for name, p in model.named_parameters():  # norm weights 0 (scale 1), biases 0, q/k scales and offsets 0
-        if name.endswith(("norm.weight", "norm.bias", ".bias", "mega.gamma", "mega.beta")):
-            p.zero_()
-    model.embed.weight.normal_(0.0, D**-0.5, generator=g)
-    model.output.output.weight.normal_(0.0, D**-0.5, generator=g)
-    for block in model.layers:
-        m, f = block.mega, block.nffn
-        for lin in (m.wv, m.wz, m.wr, m.wh1, m.wh2, f.fc1, f.fc2) + ((f.fc3,) if f.fc3 is not None else ()):
-            lin.weight.normal_(0.0, math.sqrt(2.0 / lin.weight.shape[1]), generator=g)
-        e = m.cema
-        e.alpha.normal_(0.0, 0.2, generator=g)
-        e.delta.normal_(0.0, 0.2, generator=g)
-        freqs = torch.exp(-torch.arange(1, D + 1, dtype=torch.float64, device=DEVICE) * math.log(D) / D)
-        freqs = freqs[torch.randperm(D, generator=g, device=DEVICE)]
-        e.theta.copy_(torch.log(freqs / (1 - freqs)).view(D, 1, 1))
-        e.gamma.normal_(0.0, 1.0, generator=g)
-        e.gamma[:, :, 1] = 0.0
-        e.omega.copy_(torch.randn(D, 1, generator=g, device=DEVICE).mul_(0.25).clamp_(-1.0, 1.0))
-    return model.eval().requires_grad_(False)
+MODES = ("unfused", "fused")  # StaticDecoder(fused=False), StaticDecoder(fused=True)
+FP32_CHUNK, FP32_PROMPTS, FP32_STEPS = 16, (5, 12), 40  # the float32 check: rows at fills 5 and 12, chunk 16
+FP32_TOLERANCE = 1e-4  # max |graph - eager| / max |eager logit|, float32
 
 
 def copy_bandwidth(nbytes: int = 1 << 31, reps: int = 20) -> float:
@@ -156,8 +123,49 @@ def compare(lm: MegalodonLM, decoder: StaticDecoder, other: StaticDecoder, state
         "steps": CHECK_STEPS, "finite": bool(torch.isfinite(got).all()),
         "max_rel_diff_vs_eager_forward": max(rel), "top1_agree_vs_eager_forward": agree,
         "max_abs_diff_vs_decoder_eager": max(capture),
-        "ok": max(rel) <= CHECK_TOLERANCE and max(capture) <= 1e-2 * float(want.abs().max()),
+        "ok": bool(torch.isfinite(got).all()) and max(capture) <= 1e-2 * float(want.abs().max()),  # the capture
     }  # fmt: skip
+
+
+def float32_check(seed: int = 2) -> dict[str, Any]:
+    """The graph step of both decoders against the eager forward (kernels "torch": the references) in float32, on a
+    2-layer model of the 7B widths with chunk 16: two rows at their own positions, FP32_STEPS teacher-forced steps."""
+    matmul_tf32, cudnn_tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # float32 products, not TF32
+    try:
+        with torch.inference_mode(False):  # parameters made as `main` makes them, outside inference mode
+            model = random_model(2, seed, torch.float32, chunk_size=FP32_CHUNK)
+        lm = MegalodonLM(model, _Tokenizer(model.args.vocab_size), None, kernels="torch")
+        g = torch.Generator(device=DEVICE).manual_seed(seed)
+        V, B = model.args.vocab_size, len(FP32_PROMPTS)
+        rows = [lm.forward(torch.randint(3, V, (1, n), device=DEVICE, generator=g), lm.init_state(1))[1]
+                for n in FP32_PROMPTS]  # fmt: skip
+        state = MegalodonState.stack(rows)
+        tokens = torch.randint(3, V, (B, FP32_STEPS), device=DEVICE, generator=g)
+        decoders = {mode: StaticDecoder(model, B, graph=True, fused=mode == "fused") for mode in MODES}
+        for decoder in decoders.values():
+            decoder.load(state)
+        rel = {mode: [] for mode in MODES}
+        for t in range(FP32_STEPS):
+            want, state = lm.forward(tokens[:, t : t + 1], state)
+            want = want[:, 0]
+            for mode, decoder in decoders.items():
+                got = decoder.step(tokens[:, t])
+                rel[mode].append(float((got - want).abs().max() / want.abs().max()))
+        out: dict[str, Any] = {
+            "layers": 2, "chunk": FP32_CHUNK, "rows_fills": [n % FP32_CHUNK for n in FP32_PROMPTS],
+            "steps": FP32_STEPS, "tolerance": FP32_TOLERANCE,
+        }  # fmt: skip
+        for mode, decoder in decoders.items():
+            after = decoder.state()
+            cema = max(float((a.cema - b.cema).abs().max() / b.cema.abs().max())
+                       for a, b in zip(after.layers, state.layers, strict=True))  # fmt: skip
+            ok = max(rel[mode]) <= FP32_TOLERANCE and all(math.isfinite(x) for x in rel[mode])
+            out[mode] = {"max_rel_diff_vs_eager_forward": max(rel[mode]), "cema_state_max_rel_diff": cema, "ok": ok}
+        out["ok"] = all(out[mode]["ok"] for mode in MODES)
+        return out
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul_tf32, cudnn_tf32
 
 
 def kernels_per_step(decoder: StaticDecoder, token: torch.Tensor) -> int | None:
@@ -193,27 +201,46 @@ def table(r: dict) -> str:
     if bw:
         rows.append(f"HBM copy bandwidth {bw:.2f} TB/s: weight read {read_ms:.2f} ms | nominal {NOMINAL_TBPS} TB/s: "
                     f"{nominal_ms:.2f} ms")  # fmt: skip
-    rows.append(f"{'step (batch 1)':<18} | {'ms/step':>8} | {'x read (measured)':>17} | {'x read (nominal)':>16}")
-    for key, label in (("eager_forward_ms", "eager forward"), ("decoder_eager_ms", "decoder, eager"),
-                       ("decoder_graph_ms", "decoder, graph")):  # fmt: skip
-        ms = r.get(key)
+    rows.append(f"{'step (batch 1)':<24} | {'ms/step':>8} | {'x read (measured)':>17} | {'x read (nominal)':>16} | "
+                f"kernels/step")  # fmt: skip
+
+    def line(label: str, ms: float | None, kernels: Any = "") -> None:
         if ms is None:
-            rows.append(f"{label:<18} | {'failed':>8} |")
-            continue
+            rows.append(f"{label:<24} | {'failed':>8} |")
+            return
         measured = f"{ms / read_ms:.2f}x" if read_ms else "-"
-        rows.append(f"{label:<18} | {ms:8.2f} | {measured:>17} | {ms / nominal_ms:15.2f}x")
-    graph = r.get("decoder_graph_ms")
-    if graph is not None and read_ms:
-        met = "met" if graph <= TARGET * read_ms else "NOT met"
-        rows.append(f"Target graph step <= {TARGET}x weight read (measured bandwidth): {met} ({graph / read_ms:.2f}x)")
-    check = r.get("check")
-    if check:
-        rows.append(f"Check vs eager forward ({check['steps']} steps): max |diff| / max |logit| "
-                    f"{check['max_rel_diff_vs_eager_forward']:.2e}, top-1 agree {check['top1_agree_vs_eager_forward']}"
-                    f"/{check['steps']}; vs decoder eager: max |diff| {check['max_abs_diff_vs_decoder_eager']:.2e}; "
-                    f"{'ok' if check['ok'] else 'FAILED'}")  # fmt: skip
-    rows.append(f"Kernels per decoder step: {r.get('kernels_per_step')}; graph capture {r.get('capture_s')} s; "
-                f"lm.decoder(1) on CUDA: {r.get('lm_decoder')}")  # fmt: skip
+        rows.append(f"{label:<24} | {ms:8.2f} | {measured:>17} | {ms / nominal_ms:15.2f}x | {kernels}")
+
+    line("eager forward", r.get("eager_forward_ms"))
+    decoders = r.get("decoders", {})
+    for mode in MODES:
+        d = decoders.get(mode, {})
+        line(f"decoder {mode}, eager", d.get("eager_ms"), d.get("kernels_per_step", ""))
+        line(f"decoder {mode}, graph", d.get("graph_ms"))
+    for mode in MODES:
+        graph = decoders.get(mode, {}).get("graph_ms")
+        if graph is not None and read_ms:
+            met = "met" if graph <= TARGET * read_ms else "NOT met"
+            rows.append(f"Target graph step ({mode}) <= {TARGET}x weight read (measured bandwidth): {met} "
+                        f"({graph / read_ms:.2f}x)")  # fmt: skip
+    for mode in MODES:
+        d = decoders.get(mode, {})
+        check = d.get("check")
+        if check:
+            capture = check["max_abs_diff_vs_decoder_eager"]
+            rows.append(f"Check {mode} graph vs its eager step: max |diff| {capture:.2e} "
+                        f"{'ok' if check['ok'] else 'FAILED'}; bfloat16 drift vs eager forward (information): "
+                        f"max |diff| / max |logit| {check['max_rel_diff_vs_eager_forward']:.2e}, top-1 agree "
+                        f"{check['top1_agree_vs_eager_forward']}/{check['steps']}; "
+                        f"capture {d.get('capture_s')} s")  # fmt: skip
+    f32 = r.get("float32_check")
+    if f32:
+        parts = ", ".join(f"{mode} {f32[mode]['max_rel_diff_vs_eager_forward']:.2e}" for mode in MODES if mode in f32)
+        rows.append(f"Check float32 ({f32['layers']} layers, chunk {f32['chunk']}, fills {f32['rows_fills']}, "
+                    f"{f32['steps']} graph steps) max |diff| / max |logit| vs eager forward: {parts} "
+                    f"(<= {f32['tolerance']:g}): {'ok' if f32['ok'] else 'FAILED'}")  # fmt: skip
+    rows.append(f"lm.decoder(1) on CUDA: {r.get('lm_decoder')}; errors: {sorted(r.get('errors', {})) or 'none'}; "
+                f"{r.get('seconds')} s")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -236,8 +263,38 @@ def main() -> None:
     print(table(r))
 
 
+def describe(decoder: StaticDecoder | None) -> str:
+    """What `MegalodonLM.decoder` gives: its class, and whether its step is fused."""
+    return "None" if decoder is None else f"{type(decoder).__name__}, fused={decoder.fused}"
+
+
+def measure_decoder(r: dict, lm: MegalodonLM, mode: str, state: Any, token: torch.Tensor, steps: int) -> dict:
+    """One decoder kind (`mode` in MODES): its graph's capture and step, its eager step, the kernels one step
+    launches, its check against the eager forward; failures go to r["errors"]."""
+    d: dict[str, Any] = {}
+    fused, model = mode == "fused", lm.model
+    t0 = time.perf_counter()
+    graph = attempt(r, f"{mode}_graph_decoder", lambda: StaticDecoder(model, 1, graph=True, fused=fused), store=False)
+    torch.cuda.synchronize()
+    d["capture_s"] = round(time.perf_counter() - t0, 3) if graph is not None else None
+    eager = attempt(r, f"{mode}_eager_decoder", lambda: StaticDecoder(model, 1, fused=fused), store=False)
+    if graph is not None:
+        timed = lambda: ms_per_step(decoder_stepper(graph, state, token), steps)  # noqa: E731
+        d["graph_ms"] = attempt(r, f"{mode}_graph_ms", timed, store=False)
+    if eager is not None:
+        timed = lambda: ms_per_step(decoder_stepper(eager, state, token), min(steps, 20))  # noqa: E731
+        d["eager_ms"] = attempt(r, f"{mode}_eager_ms", timed, store=False)
+        count = attempt(r, f"{mode}_kernels_per_step", lambda: kernels_per_step(eager, token), store=False)
+        d["kernels_per_step"] = count
+        if count:
+            d["kernels_per_layer_about"] = round(count / model.args.num_layers, 1)
+    if graph is not None and eager is not None:
+        d["check"] = attempt(r, f"{mode}_check", lambda: compare(lm, graph, eager, state, token), store=False)
+    return d
+
+
 def run(model: Megalodon, steps: int, kernels: str, out: str) -> dict[str, Any]:
-    """Every measurement and check, as a dict (written to `out` once the timings are in, then again at the end)."""
+    """Every measurement and check, as a dict (written to `out` after each decoder, then again at the end)."""
     lm = MegalodonLM(model, _Tokenizer(model.args.vocab_size), None, kernels=kernels)
     a = model.args
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -246,7 +303,10 @@ def run(model: Megalodon, steps: int, kernels: str, out: str) -> dict[str, Any]:
         "config": a.to_dict(), "parameters": sum(p.numel() for p in model.parameters()), "weight_bytes": weight_bytes,
         "weight_read_ms_nominal": weight_bytes / (NOMINAL_TBPS * 1e12) * 1e3, "target_ratio": TARGET, "steps": steps,
         "prompt_tokens": PROMPT, "kernels": kernels,
-        "cache_bytes_read_per_graph_step": a.num_layers * a.chunk_size * (a.z_dim * 4 + a.value_dim * 2),
+        "cache_bytes_read_per_graph_step": {  # unfused: the whole chunk, keys in float32; fused: up to the fill
+            "unfused": a.num_layers * a.chunk_size * (a.z_dim * 4 + a.value_dim * 2),
+            "fused": a.num_layers * (PROMPT % a.chunk_size + 1) * (a.z_dim + a.value_dim) * 2},
+        "decoders": {},
     }  # fmt: skip
     bw = attempt(r, "bandwidth_tbps", lambda: copy_bandwidth() / 1e12)
     r["weight_read_ms"] = weight_bytes / (bw * 1e12) * 1e3 if bw else None
@@ -258,24 +318,14 @@ def run(model: Megalodon, steps: int, kernels: str, out: str) -> dict[str, Any]:
     token = prompt[:, -1:]
     attempt(r, "eager_forward_ms", lambda: ms_per_step(eager_stepper(lm, state.clone(), token), steps))
 
-    t0 = time.perf_counter()
-    graph = attempt(r, "graph_decoder", lambda: StaticDecoder(model, 1, graph=True), store=False)
-    torch.cuda.synchronize()
-    r["capture_s"] = round(time.perf_counter() - t0, 3) if graph is not None else None
-    eager = attempt(r, "eager_decoder", lambda: StaticDecoder(model, 1), store=False)
-    if graph is not None:
-        attempt(r, "decoder_graph_ms", lambda: ms_per_step(decoder_stepper(graph, state, token), steps))
-    if eager is not None:
-        attempt(r, "decoder_eager_ms", lambda: ms_per_step(decoder_stepper(eager, state, token), min(steps, 20)))
-    if graph is not None and eager is not None:
-        attempt(r, "check", lambda: compare(lm, graph, eager, state, token))
-    with open(out, "w") as f:
-        json.dump(r, f, indent=1)
-    if eager is not None:
-        attempt(r, "kernels_per_step", lambda: kernels_per_step(eager, token))
-    graph = eager = None  # their buffers freed before lm.decoder builds its own
+    for mode in MODES:
+        r["decoders"][mode] = measure_decoder(r, lm, mode, state, token, steps)
+        torch.cuda.empty_cache()  # the decoders' buffers freed before the next ones
+        with open(out, "w") as f:
+            json.dump(r, f, indent=1)
+    attempt(r, "float32_check", float32_check)
     torch.cuda.empty_cache()
-    attempt(r, "lm_decoder", lambda: type(lm.decoder(1)).__name__)
+    attempt(r, "lm_decoder", lambda: describe(lm.decoder(1)))
     return r
 
 

@@ -13,8 +13,8 @@ A 7B-shaped MEGALODON (model_dim 4096, z 1024, value 8192, 4 heads, FFN 11264 Sw
 2. `--long-layers` (default 4) over `--long-tokens` (default 2M) in segments of 128K: the same numbers out to
    2M tokens, where the whole model would take minutes.
 3. Where the time goes: a profile of one 2,048-token step of the whole model, kernels grouped by kind, and the
-   whole model over 32K tokens with one part of the fast path swapped back (the elementwise glue in PyTorch; the
-   Triton attention kernel instead of the fused SDPA).
+   whole model over 32K tokens with one part of the fast path swapped back to its PyTorch reference (the
+   elementwise glue; the chunk attention).
 
 Target: >= 25K tokens/s for the whole 32-layer model (about half the matmul-bound rate), flat in time and
 memory from the first segment to the last. Without CUDA it stops with a message.
@@ -59,14 +59,15 @@ def parse_tokens(text: str) -> int:
     return int(text.rstrip("KM")) * scale
 
 
-def random_model(layers: int, seed: int = 0) -> Megalodon:
-    """The 7B-shaped model with `layers` layers, in bfloat16 on the GPU, initialised there (8.6B numbers drawn on the
-    CPU would take minutes)."""
+def random_model(layers: int, seed: int = 0, dtype: torch.dtype = torch.bfloat16, **overrides: Any) -> Megalodon:
+    """The 7B-shaped model with `layers` layers (`overrides` changing its config) on the GPU, initialised there
+    (`Megalodon.init_weights` draws on the model's device: 8.6B numbers drawn on the CPU would take minutes)."""
     with torch.device("meta"):
-        model = Megalodon(ModelArgs(num_layers=layers, **SEVEN_B))
-    model = model.to(torch.bfloat16).to_empty(device=DEVICE)
-    for buf in model.buffers():  # the norms' priors: none (count 0, mean 0, log-variance 0)
-        buf.zero_()
+        model = Megalodon(ModelArgs(num_layers=layers, **{**SEVEN_B, **overrides}))
+    model = model.to(dtype).to_empty(device=DEVICE)
+    with torch.no_grad():
+        for buf in model.buffers():  # the norms' priors: none (count 0, mean 0, log-variance 0)
+            buf.zero_()
     return model.init_weights(seed).eval().requires_grad_(False)
 
 
@@ -195,7 +196,7 @@ def main() -> None:
         result["profile"] = profile_step(fast)
         variants = {
             "glue in PyTorch": replace(TRITON, rms_norm=rms_norm.rms_norm, silu_mul=silu_mul.silu_mul),
-            "Triton attention kernel": replace(TRITON, chunked_attention=attention.chunked_attention_triton),
+            "PyTorch attention": replace(TRITON, chunked_attention=attention.chunked_attention),
         }
         for label, ops in variants.items():
             model.use_kernels(ops)

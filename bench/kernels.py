@@ -8,9 +8,9 @@ chunk 2048, vocabulary 32000), each op of `megaeval.kernels.TRITON` against its 
 relative to the reference's largest value, and for the projection + NLL the peak memory of one call.
 
 - TimestepNorm and CEMA (Triton), over 2,048 and 4,096 tokens; RMSNorm and a * silu(b) (Triton) over 4,096.
-- Chunk attention (PyTorch's fused SDPA with value heads cut into q/k-wide slices) over two 2,048-token
-  chunks, beside the Triton attention kernel and beside plain SDPA on the sliced shapes with each fused
-  backend forced (flash, cuDNN, memory-efficient): the one it picks by default should be the fastest.
+- Chunk attention (PyTorch's fused SDPA with value heads cut into q/k-wide slices, Triton rotary) over two
+  2,048-token chunks, beside plain SDPA on the sliced shapes with each fused backend forced (flash, cuDNN,
+  memory-efficient): the one it picks by default should be the fastest.
 - Projection + NLL (cuBLAS in pieces + the Triton log-sum-exp) against F.linear + F.cross_entropy, at 4K and
   16K tokens, in time and memory.
 
@@ -155,8 +155,6 @@ def chunk_attention(a: ModelArgs, T: int, g: torch.Generator) -> list[dict[str, 
     rows = [
         row(f"chunk attention T={T} (fused SDPA)", lambda: attention.chunked_attention(*args),
             lambda: attention.chunked_attention_fused(*args), KERNEL_TARGET),
-        row(f"chunk attention T={T} (Triton kernel)", lambda: attention.chunked_attention(*args),
-            lambda: attention.chunked_attention_triton(*args), None),
     ]  # fmt: skip
     for r in rows:
         r["tflops"] = causal_flops / r["fast_ms"] / 1e9

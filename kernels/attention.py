@@ -6,12 +6,12 @@ crosses a chunk boundary; rotary positions restart at 0 in every chunk.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention.bias import causal_lower_right
 
 from .common import acc_dtype, cdiv, check_input, interpreting, jit, next_pow2, tl
 
@@ -74,18 +74,20 @@ def rotate(q: Tensor, k: Tensor, k_cache: Tensor, chunk: int, rope_base: float) 
 def chunked_attention(
     q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, chunk: int, rope_base: float,
     attend_fn: Callable[[Tensor, Tensor, Tensor], Tensor] = attend,
+    rotate_fn: Callable[[Tensor, Tensor, Tensor, int, float], tuple[Tensor, Tensor]] = rotate,
 ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """Causal attention that never crosses a chunk boundary, continuing a partial chunk.
 
     q, k: [B, T, H, dz] before rotation; v: [B, T, H, dv]; the caches hold the rotated keys and
     values of the current partial chunk. Rotary positions restart at 0 in every chunk. Returns the
     output [B, T, H, dv] and the caches for the chunk that is partial after this call. `attend_fn`
-    computes each piece (`attend`, or `fused_attend` on the fast path).
+    computes each piece and `rotate_fn` the rotation (`attend` and `rotate`, or `fused_attend` and
+    `rotate_triton` on the fast path).
     """
     B, T, H, _ = q.shape
     c = k_cache.shape[1]
-    q, k = rotate(q, k, k_cache, chunk, rope_base)
-    keys, values = torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1)  # start on a boundary
+    q, k = rotate_fn(q, k, k_cache, chunk, rope_base)
+    keys, values = (k, v) if c == 0 else (torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1))
 
     head = min(T, chunk - c)  # queries that finish the current chunk
     parts = [attend_fn(q[:, :head], keys[:, : c + head], values[:, : c + head])] if head else []
@@ -104,10 +106,12 @@ def chunked_attention(
 
     kept = (c + T) % chunk
     out = torch.cat(parts, dim=1) if parts else v.new_empty(B, 0, H, v.shape[-1])
+    if not kept:  # new empty caches: a view would keep the whole call's keys and values alive
+        return out, keys.new_empty(B, 0, *keys.shape[2:]), values.new_empty(B, 0, *values.shape[2:])
     return out, keys[:, c + T - kept :], values[:, c + T - kept :]
 
 
-# ------------------------------------------------------------------------- PyTorch's fused SDPA
+# ------------------------------------------------------ fast path: PyTorch's fused SDPA, Triton rotary
 
 
 def fused_attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -118,128 +122,76 @@ def fused_attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     B, Tq, H, dz = q.shape
     Tk, dv = k.shape[1], v.shape[-1]
     split = dv // dz if dv > dz and dv % dz == 0 else 1
+    if split > 1:  # [B, T, H * split, dz] in memory: the kernels then write the output [B, T, H * split, dv / split]
+        q, k = q.repeat_interleave(split, 2), k.repeat_interleave(split, 2)
     qh, kh = q.transpose(1, 2), k.transpose(1, 2)
-    if split > 1:
-        qh, kh = qh.repeat_interleave(split, 1), kh.repeat_interleave(split, 1)
     vh = v.reshape(B, Tk, H * split, dv // split).transpose(1, 2)
     if Tq == Tk:
         out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=1.0)
     else:
+        from torch.nn.attention.bias import causal_lower_right  # here: importing it loads torch._dynamo (~1 s)
+
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=causal_lower_right(Tq, Tk), scale=1.0)
     return out.transpose(1, 2).reshape(B, Tq, H, dv)
+
+
+@functools.lru_cache(maxsize=32)
+def rope_table(chunk: int, d: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos and sin [chunk, d / 2] (float32) of every position in a chunk, as `apply_rope` computes them."""
+    with torch.inference_mode(False):  # ordinary tensors: usable inside and outside inference mode
+        inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
+        angle = torch.arange(chunk, dtype=torch.float64, device=device)[:, None] * inv_freq
+        return angle.cos().float(), angle.sin().float()
+
+
+@jit
+def _rope_kernel(
+    x_ptr, out_ptr, cos_ptr, sin_ptr, start, T, H, HALF, CHUNK, sxb, sxt, sxh,
+    BLOCK_T: tl.constexpr, BLOCK_HALF: tl.constexpr,
+):  # fmt: skip
+    """One program: BLOCK_T timesteps of one (batch, head); pairs (x[2i], x[2i+1]) rotated by the angle of their
+    position in the chunk, (start + t) mod CHUNK, in float32. Rows are read and written whole (pairs split and
+    joined in registers). Writes a contiguous [B, T, H, 2 HALF]."""
+    b = (tl.program_id(1) // H).to(tl.int64)  # batch offsets can pass 2**31 elements
+    h = tl.program_id(1) % H
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    j = tl.arange(0, BLOCK_HALF)
+    e = tl.arange(0, 2 * BLOCK_HALF)
+    t_mask = t < T
+    row_mask = t_mask[:, None] & (e < 2 * HALF)[None, :]
+    pair_mask = t_mask[:, None] & (j < HALF)[None, :]
+    x = tl.load(x_ptr + b * sxb + h * sxh + t[:, None] * sxt + e[None, :], mask=row_mask, other=0.0)
+    x0, x1 = tl.split(tl.reshape(x.to(tl.float32), [BLOCK_T, BLOCK_HALF, 2]))
+    pos = (start + t) % CHUNK
+    cos = tl.load(cos_ptr + pos[:, None] * HALF + j[None, :], mask=pair_mask, other=0.0)
+    sin = tl.load(sin_ptr + pos[:, None] * HALF + j[None, :], mask=pair_mask, other=0.0)
+    y = tl.reshape(tl.join(x0 * cos - x1 * sin, x0 * sin + x1 * cos), [BLOCK_T, 2 * BLOCK_HALF])
+    out = out_ptr + ((b * T + t[:, None]) * H + h) * (2 * HALF) + e[None, :]
+    tl.store(out, y.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+
+def rotate_triton(q: Tensor, k: Tensor, k_cache: Tensor, chunk: int, rope_base: float) -> tuple[Tensor, Tensor]:
+    """`rotate` by the Triton kernel, from a table of the chunk's angles (`rope_table`)."""
+    check_input("q", q)
+    B, T, H, d = q.shape
+    cos, sin = rope_table(chunk, d, float(rope_base), q.device)
+    block_t = 16 if interpreting() else 32
+    out = []
+    for x in (q, k):
+        x = x if x.stride(-1) == 1 else x.contiguous()
+        y = torch.empty(B, T, H, d, dtype=x.dtype, device=x.device)
+        if x.numel():
+            _rope_kernel[(cdiv(T, block_t), B * H)](
+                x, y, cos, sin, k_cache.shape[1], T, H, d // 2, chunk, x.stride(0), x.stride(1), x.stride(2),
+                BLOCK_T=block_t, BLOCK_HALF=next_pow2(d // 2), num_warps=4,
+            )  # fmt: skip
+        out.append(y)
+    return out[0], out[1]
 
 
 def chunked_attention_fused(
     q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, chunk: int, rope_base: float
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """`chunked_attention` with every piece computed by PyTorch's fused kernels (`fused_attend`)."""
-    return chunked_attention(q, k, v, k_cache, v_cache, chunk, rope_base, fused_attend)
-
-
-# -------------------------------------------------------------------------------------- Triton
-
-
-@jit
-def _chunk_attention_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr,
-    cached, T, CHUNK, H, DZ, DV,
-    sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DZ: tl.constexpr, BLOCK_DV: tl.constexpr,
-    DOT_FP32: tl.constexpr, PRECISION: tl.constexpr,
-):  # fmt: skip
-    """One program: BLOCK_M queries of one (batch, head), BLOCK_DV of the value dims; online softmax.
-
-    Keys are indexed from the start of the cached partial chunk (a chunk boundary), so query i sits
-    at key index cached + i and sees keys [chunk start, cached + i]. A query block that straddles a
-    chunk boundary starts at the earlier chunk and masks per row.
-    """
-    pid_m = tl.program_id(0)
-    b = (tl.program_id(1) // H).to(tl.int64)  # batch offsets can pass 2**31 elements
-    h = tl.program_id(1) % H
-    q_ptr += b * sqb + h * sqh
-    k_ptr += b * skb + h * skh
-    v_ptr += b * svb + h * svh
-    o_ptr += b * sob + h * soh
-    i = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    row = cached + i  # key index of the query's own position
-    first_key = (row // CHUNK) * CHUNK
-    i_mask = i < T
-    dz = tl.arange(0, BLOCK_DZ)
-    dz_mask = dz < DZ
-    dv = tl.program_id(2) * BLOCK_DV + tl.arange(0, BLOCK_DV)
-    dv_mask = dv < DV
-    q = tl.load(q_ptr + i[:, None] * sqt + dz[None, :], mask=i_mask[:, None] & dz_mask[None, :], other=0.0)
-    if DOT_FP32:
-        q = q.to(tl.float32)
-    n_keys = cached + T
-    lo = ((cached + pid_m * BLOCK_M) // CHUNK) * CHUNK
-    hi = tl.minimum(cached + pid_m * BLOCK_M + BLOCK_M, n_keys)
-    m_i = tl.full([BLOCK_M], -1.0e30, dtype=tl.float32)  # finite: rows with no key yet stay NaN-free
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
-    for n0 in range(lo, hi, BLOCK_N):
-        j = n0 + tl.arange(0, BLOCK_N)
-        j_mask = j < n_keys
-        k_offsets = j[None, :] * skt + dz[:, None]
-        v_offsets = j[:, None] * svt + dv[None, :]
-        k_t = tl.load(k_ptr + k_offsets, mask=dz_mask[:, None] & j_mask[None, :], other=0.0)  # [DZ, N]
-        v = tl.load(v_ptr + v_offsets, mask=j_mask[:, None] & dv_mask[None, :], other=0.0)  # [N, DV]
-        if DOT_FP32:
-            k_t = k_t.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, k_t, input_precision=PRECISION) * 1.4426950408889634  # log2(e): exp2 below
-        allowed = (j[None, :] >= first_key[:, None]) & (j[None, :] <= row[:, None])
-        s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
-    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    o = o_ptr + i[:, None] * sot + dv[None, :]
-    tl.store(o, out.to(o_ptr.dtype.element_ty), mask=i_mask[:, None] & dv_mask[None, :])
-
-
-def _config(dz: int, dv: int) -> dict[str, int]:
-    """Tile sizes, chosen by hand (a single config: autotuning over several needs a GPU)."""
-    block_dz = next_pow2(dz)
-    if interpreting():  # small blocks, value dims split in two, so that tests take every path a GPU takes
-        block_dv = max(4, next_pow2(dv) // 2)
-        return dict(BLOCK_M=16, BLOCK_N=16, BLOCK_DZ=block_dz, BLOCK_DV=block_dv, num_warps=4, num_stages=1)
-    # Each value block recomputes q k^T, so wide value heads (7B: dz 256, dv 2048) take wide value blocks.
-    large = block_dz > 64
-    return dict(
-        BLOCK_M=64, BLOCK_N=32 if large else 64, BLOCK_DZ=block_dz, BLOCK_DV=min(next_pow2(dv), 256 if large else 128),
-        num_warps=8 if large else 4, num_stages=2,
-    )  # fmt: skip
-
-
-def _unit_last_stride(t: Tensor) -> Tensor:
-    return t if t.stride(-1) == 1 else t.contiguous()
-
-
-def chunked_attention_triton(
-    q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, chunk: int, rope_base: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Chunk-local attention by the Triton kernel; same arguments and results as `chunked_attention`."""
-    check_input("q", q)
-    B, T, H, dz = q.shape
-    dv = v.shape[-1]
-    c = k_cache.shape[1]
-    if T == 0:
-        return v.new_empty(B, 0, H, dv), k_cache, v_cache
-    q, k = rotate(q, k, k_cache, chunk, rope_base)
-    keys, values = torch.cat([k_cache, k], dim=1), torch.cat([v_cache, v], dim=1)
-    q, values = _unit_last_stride(q), _unit_last_stride(values)
-    out = torch.empty(B, T, H, dv, dtype=v.dtype, device=v.device)
-    cfg = _config(dz, dv)
-    grid = (cdiv(T, cfg["BLOCK_M"]), B * H, cdiv(dv, cfg["BLOCK_DV"]))
-    _chunk_attention_kernel[grid](
-        q, keys, values, out, c, T, chunk, H, dz, dv,
-        *q.stride()[:3], *keys.stride()[:3], *values.stride()[:3], *out.stride()[:3],
-        DOT_FP32=interpreting(),
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **cfg,
-    )  # fmt: skip
-    kept = (c + T) % chunk
-    return out, keys[:, c + T - kept :], values[:, c + T - kept :]
+    """`chunked_attention` with every piece computed by PyTorch's fused kernels (`fused_attend`) and the rotation by
+    the Triton kernel (`rotate_triton`)."""
+    return chunked_attention(q, k, v, k_cache, v_cache, chunk, rope_base, fused_attend, rotate_triton)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ..errors import fail
-from . import attention, cema, nll, rms_norm, silu_mul, timestep_norm
+from . import attention, cema, nll, rms_norm, shared_qk, silu_mul, timestep_norm
 from .common import available, interpreting
 
 KERNELS = ("auto", "triton", "torch")
@@ -19,7 +19,7 @@ KERNELS = ("auto", "triton", "torch")
 @dataclass(frozen=True)
 class Ops:
     """TimestepNorm, CEMA, chunk-local attention and the projection + NLL, and the elementwise glue around them
-    (RMSNorm, the SiLU gates), all from one backend."""
+    (RMSNorm, the SiLU gates, the shared query/key), all from one backend."""
 
     backend: str  # "torch" or "triton"
     timestep_norm: Callable[..., tuple[Tensor, Tensor, Tensor]]
@@ -28,6 +28,7 @@ class Ops:
     linear_nll: Callable[[Tensor, Tensor, Tensor], Tensor]
     rms_norm: Callable[[Tensor, Tensor | None, float], Tensor]
     silu_mul: Callable[[Tensor, Tensor], Tensor]
+    shared_qk: Callable[[Tensor, Tensor, Tensor, int, float], tuple[Tensor, Tensor]]
 
 
 TORCH = Ops(
@@ -38,6 +39,7 @@ TORCH = Ops(
     nll.linear_nll,
     rms_norm.rms_norm,
     silu_mul.silu_mul,
+    shared_qk.shared_qk,
 )
 TRITON = Ops(
     "triton",
@@ -47,6 +49,7 @@ TRITON = Ops(
     nll.linear_nll_triton,
     rms_norm.rms_norm_triton,
     silu_mul.silu_mul_triton,
+    shared_qk.shared_qk_triton,
 )
 
 

@@ -60,7 +60,7 @@ def _lse_nll_kernel(
 
 def _block_v(V: int) -> int:
     """Vocabulary lanes per program: small under the interpreter, so that tests loop over several blocks."""
-    return 16 if interpreting() else min(2048, next_pow2(V))
+    return 64 if interpreting() else min(2048, next_pow2(V))
 
 
 def rows_per_piece(V: int) -> int:

@@ -16,21 +16,20 @@ from .common import acc_dtype, cdiv, check_input, interpreting, jit, next_pow2, 
 
 
 def cumulative_moments(
-    step_mean: Tensor, step_var: Tensor, count: int, mean: Tensor, var: Tensor, weight: int = 1
+    step_mean: Tensor, step_var: Tensor, count: int, mean: Tensor, var: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Running mean/variance after each timestep, each timestep one equally weighted group sample.
 
     step_mean, step_var: [B, T, G] float64 moments of each timestep's group; count, mean, var: the
     carried statistics. Returns the pooled mean and (population) variance over the carried statistics
     and timesteps 1..t, for every t. Sums are taken around the carried mean so that float64 keeps
-    them exact over long streams. `weight`: timesteps each entry stands for (the Triton path pools
-    blocks of timesteps, each entry a block's moments).
+    them exact over long streams.
     """
     T = step_mean.shape[1]
-    n = count + weight * torch.arange(1, T + 1, dtype=torch.float64, device=step_mean.device)[:, None]
+    n = count + torch.arange(1, T + 1, dtype=torch.float64, device=step_mean.device)[:, None]
     d = step_mean - mean[:, None]
-    s1 = d.cumsum(1) if weight == 1 else (weight * d).cumsum(1)
-    s2 = (step_var + d * d).cumsum(1) if weight == 1 else (weight * (step_var + d * d)).cumsum(1)
+    s1 = d.cumsum(1)
+    s2 = (step_var + d * d).cumsum(1)
     mean_t = mean[:, None] + s1 / n
     var_t = ((count * var[:, None] + s2) / n - (s1 / n) ** 2).clamp_min(0)
     return mean_t, var_t
@@ -56,9 +55,9 @@ def timestep_norm(
 # -------------------------------------------------------------------------------------- Triton
 
 
-@jit(do_not_specialize=["count"])
+@jit(do_not_specialize=["count", "T", "L", "K", "sxb"])  # one build for every length and position
 def _timestep_norm_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, stats_in_ptr, stats_out_ptr,
+    x_ptr, y_ptr, w_ptr, b_ptr, stats_in_ptr, blocks_ptr, stats_out_ptr,
     count, B, T, G, GS, L, K, eps,
     sxb, sxt, sxd,
     FINAL: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr,
@@ -66,9 +65,10 @@ def _timestep_norm_kernel(
     """One program: batch row b, group g, the timesteps [k L, (k + 1) L) of block k, in tiles of BLOCK_T.
 
     A call is cut into K blocks of L timesteps, run in parallel in two launches. The first (FINAL false) takes
-    each block from a fresh state and stores only its statistics, [4, B, K, G]; the wrapper pools them into each
-    block's starting statistics. The second (FINAL true) starts block k from those (stats_in [4, B, K, G], after
-    count + k L timesteps), writes y, and its last block writes the statistics after the call ([4, B, G]).
+    each block but the last from a fresh state and stores only its statistics (float64 mean and variance,
+    blocks [2, B, K - 1, G]). The second (FINAL true) starts block k from the carried statistics (float64
+    [2, B, G], after `count` timesteps) pooled with those of the blocks before it, writes y, and its last block
+    writes the statistics after the call (float64 [2, B, G]).
 
     The carried mean and variance are float32 (hi, lo) pairs, updated once per tile by compensated
     (two-sum) additions of small increments. Inside a tile every moment is taken around the carried
@@ -85,16 +85,29 @@ def _timestep_norm_kernel(
     d = g * GS + e
     w1 = tl.load(w_ptr + d, mask=e_mask, other=0.0).to(tl.float32) + 1.0
     bias = tl.load(b_ptr + d, mask=e_mask, other=0.0).to(tl.float32)
-    block_stat = (b * K + k) * G + g  # in [4, B, K, G]
+    stat = b * G + g  # in [B, G]
     t_start = k * L
     t_end = tl.minimum(t_start + L, T)
     x_base = x_ptr + b * sxb + d * sxd
     y_base = y_ptr + b * T * G * GS + d
     if FINAL:
-        m_hi = tl.load(stats_in_ptr + block_stat)
-        m_lo = tl.load(stats_in_ptr + B * K * G + block_stat)
-        v_hi = tl.load(stats_in_ptr + 2 * B * K * G + block_stat)
-        v_lo = tl.load(stats_in_ptr + 3 * B * K * G + block_stat)
+        # the statistics entering block k: the carried ones, then blocks 0..k-1 pooled in (Chan et al.), float64
+        n = count.to(tl.float64)
+        mean = tl.load(stats_in_ptr + stat)
+        var = tl.load(stats_in_ptr + B * G + stat)
+        for i in range(0, k):
+            block = (b * (K - 1) + i) * G + g
+            block_mean = tl.load(blocks_ptr + block)
+            block_var = tl.load(blocks_ptr + B * (K - 1) * G + block)
+            n_new = n + L
+            delta = block_mean - mean
+            mean = mean + delta * (L / n_new)
+            var = (n * var + L * block_var) / n_new + delta * delta * (n * L / (n_new * n_new))
+            n = n_new
+        m_hi = mean.to(tl.float32)
+        m_lo = (mean - m_hi.to(tl.float64)).to(tl.float32)
+        v_hi = var.to(tl.float32)
+        v_lo = (var - v_hi.to(tl.float64)).to(tl.float32)
         before = count + k * L
     else:
         m_hi = tl.zeros([], tl.float32)
@@ -121,10 +134,10 @@ def _timestep_norm_kernel(
         step_var = tl.sum(dev * dev, axis=1) / GS
         e_t = tl.where(t_mask, (step_var - v_hi) + a * a - v_lo, 0.0)
         if FINAL:
-            n = c + (t - t_start + 1).to(tl.float32)
-            mu = tl.cumsum(a, axis=0) / n
-            var = v_hi + (v_lo + tl.cumsum(e_t, axis=0) / n - mu * mu)
-            rstd = 1.0 / tl.sqrt(tl.maximum(var, 0.0) + eps)
+            n_t = c + (t - t_start + 1).to(tl.float32)
+            mu = tl.cumsum(a, axis=0) / n_t
+            var_t = v_hi + (v_lo + tl.cumsum(e_t, axis=0) / n_t - mu * mu)
+            rstd = 1.0 / tl.sqrt(tl.maximum(var_t, 0.0) + eps)
             y = (r - (m_lo + mu)[:, None]) * rstd[:, None] * w1[None, :] + bias[None, :]
             tl.store(y_base[None, :] + t[:, None] * (G * GS), y.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -142,24 +155,16 @@ def _timestep_norm_kernel(
         v_lo = v_lo + ((v_hi - (s - z)) + (dv - z))
         v_hi = s + v_lo
         v_lo = v_lo - (v_hi - s)
+    mean_out = m_hi.to(tl.float64) + m_lo.to(tl.float64)
+    var_out = tl.maximum(v_hi.to(tl.float64) + v_lo.to(tl.float64), 0.0)
     if FINAL:
         if k == K - 1:
-            stat = b * G + g  # in [4, B, G]
-            tl.store(stats_out_ptr + stat, m_hi)
-            tl.store(stats_out_ptr + B * G + stat, m_lo)
-            tl.store(stats_out_ptr + 2 * B * G + stat, v_hi)
-            tl.store(stats_out_ptr + 3 * B * G + stat, v_lo)
+            tl.store(stats_out_ptr + stat, mean_out)
+            tl.store(stats_out_ptr + B * G + stat, var_out)
     else:
-        tl.store(stats_out_ptr + block_stat, m_hi)
-        tl.store(stats_out_ptr + B * K * G + block_stat, m_lo)
-        tl.store(stats_out_ptr + 2 * B * K * G + block_stat, v_hi)
-        tl.store(stats_out_ptr + 3 * B * K * G + block_stat, v_lo)
-
-
-def _split(t: Tensor) -> tuple[Tensor, Tensor]:
-    """float64 -> float32 (hi, lo) with hi + lo equal to t to about 48 bits."""
-    hi = t.to(torch.float32)
-    return hi, (t - hi.to(torch.float64)).to(torch.float32)
+        block = (b * K + k) * G + g  # this launch runs K = (blocks of the call) - 1 programs per row
+        tl.store(stats_out_ptr + block, mean_out)
+        tl.store(stats_out_ptr + B * K * G + block, var_out)
 
 
 def _config(T: int, GS: int) -> dict[str, int]:
@@ -173,11 +178,6 @@ def _config(T: int, GS: int) -> dict[str, int]:
 def block_len(T: int, block_t: int) -> int:
     """Timesteps per parallel block: whole tiles, at most 16 blocks a call and at least two tiles each."""
     return max(2 * block_t, next_pow2(cdiv(T, 16)))
-
-
-def _pairs(mean: Tensor, var: Tensor) -> Tensor:
-    """float64 mean and variance [...] -> float32 [4, ...]: (hi, lo) of each."""
-    return torch.stack([*_split(mean), *_split(var)])
 
 
 def timestep_norm_triton(
@@ -194,20 +194,13 @@ def timestep_norm_triton(
     L = block_len(T, cfg["BLOCK_T"])
     K = cdiv(T, L)
     y = torch.empty(B, T, D, dtype=x.dtype, device=x.device)
-    args = (x.stride(0), x.stride(1), x.stride(2))
-    starts = _pairs(mean, var)[:, :, None]  # [4, B, 1, G]: block 0 starts from the carried statistics
-    if K > 1:  # every block but the last alone, then pooled into the statistics each block starts from
-        alone = torch.empty(4, B, K - 1, G, dtype=torch.float32, device=x.device)
+    stats_in = torch.stack([mean, var]).to(torch.float64)  # [2, B, G]
+    blocks = torch.empty(2, B, max(K - 1, 1), G, dtype=torch.float64, device=x.device)  # never empty: a GPU pointer
+    stats_out = torch.empty(2, B, G, dtype=torch.float64, device=x.device)
+    args = (count, B, T, G, GS, L, K, eps, *x.stride())
+    if K > 1:  # every block but the last alone: the statistics the blocks after it start from
         _timestep_norm_kernel[(B, G, K - 1)](
-            x, y, weight, bias, alone, alone, 0, B, T, G, GS, L, K - 1, eps, *args, FINAL=False, **cfg
+            x, y, weight, bias, stats_in, blocks, blocks, 0, B, T, G, GS, L, K - 1, eps, *x.stride(), FINAL=False, **cfg
         )
-        pooled = alone.to(torch.float64)
-        block_mean, block_var = pooled[0] + pooled[1], (pooled[2] + pooled[3]).clamp_min(0)
-        before_mean, before_var = cumulative_moments(block_mean, block_var, count, mean, var, weight=L)
-        starts = torch.cat([starts, _pairs(before_mean, before_var)], 2)
-    stats_out = torch.empty(4, B, G, dtype=torch.float32, device=x.device)
-    _timestep_norm_kernel[(B, G, K)](
-        x, y, weight, bias, starts.contiguous(), stats_out, count, B, T, G, GS, L, K, eps, *args, FINAL=True, **cfg
-    )
-    out = stats_out.to(torch.float64)
-    return y, out[0] + out[1], (out[2] + out[3]).clamp_min(0)
+    _timestep_norm_kernel[(B, G, K)](x, y, weight, bias, stats_in, blocks, stats_out, *args, FINAL=True, **cfg)
+    return y, stats_out[0], stats_out[1]

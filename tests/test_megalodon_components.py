@@ -73,3 +73,28 @@ def test_norm_state_counts_are_carried():
     _, state = norm(torch.randn(1, 4, 12, dtype=torch.float64), state)
     _, state = norm(torch.randn(1, 6, 12, dtype=torch.float64), state)
     assert state.count == 10
+
+
+def test_cema_coefficients_are_computed_once_and_again_after_any_change():
+    """Without gradients the coefficients are the same tensors call after call (the kernels keep their constants by
+    them), recomputed after an in-place change, a dtype change or a new parameter; a module made in inference mode
+    (whose parameters count no versions) works too."""
+    cema = random_cema(seed=1)
+    with torch.inference_mode():
+        first = cema.coefficients()
+        assert all(a is b for a, b in zip(first, cema.coefficients(), strict=True))
+    with torch.no_grad():
+        cema.alpha.add_(0.5)
+        changed = cema.coefficients()
+    assert not torch.equal(changed[0], first[0])
+    expected = torch.sigmoid(cema.alpha.detach().double()).squeeze(-1)
+    torch.testing.assert_close(changed[0], expected, rtol=0, atol=0)
+    with torch.no_grad():
+        cema.gamma = torch.nn.Parameter(cema.gamma * 2)
+        assert torch.equal(cema.coefficients()[2], changed[2] * 2)
+        assert cema.float().coefficients()[0].dtype == torch.float64  # recomputed from the float32 parameters
+    assert cema.coefficients()[1] is not cema.coefficients()[1]  # with gradients: fresh every call
+    with torch.inference_mode():
+        made_here = random_cema(seed=2)
+        assert made_here.alpha.is_inference()
+        assert made_here.coefficients()[1] is made_here.coefficients()[1]

@@ -23,7 +23,10 @@ def test_kernels_compile_for_an_h100_with_their_gpu_configs():
     assert run.returncode == 0, run.stderr[-3000:]
     built = json.loads(run.stdout)
     assert set(built) == {
-        "_cema_kernel", "_timestep_norm_kernel", "_chunk_attention_kernel", "_lse_nll_kernel", "_rms_norm_kernel",
-        "_silu_mul_kernel",
+        "_cema_kernel", "_timestep_norm_kernel", "_lse_nll_kernel", "_rms_norm_kernel",
+        "_silu_mul_kernel", "_rope_kernel",
+        "_shared_qk_kernel",
+        "_norm_cema_kernel", "_rms_kernel", "_qk_kernel", "_attend_kernel", "_attend_combine_kernel",
+        "_residual_layer_norm_kernel",  # the decoding step's (decode_step)
     }  # fmt: skip
     assert all(0 <= k["shared_bytes"] <= 227 * 1024 and k["cubin_bytes"] > 0 for k in built.values())

@@ -1,5 +1,5 @@
-"""Chunk-local attention with RoPE: the plain-PyTorch reference against a full masked softmax, and the Triton
-kernel against the reference."""
+"""Chunk-local attention with RoPE: the plain-PyTorch reference against a full masked softmax, and the fast path
+(PyTorch's fused SDPA with sliced value heads, the Triton rotary kernel) against the reference."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from megaeval.kernels.attention import (
     apply_rope,
     chunked_attention,
     chunked_attention_fused,
-    chunked_attention_triton,
     fused_attend,
+    rotate,
+    rotate_triton,
 )
 from megaeval.kernels.common import available
 from megaeval_testing.naive_megalodon import naive_chunk_attention, naive_rope
@@ -71,19 +72,39 @@ def test_reference_scale_is_one():
 # ------------------------------------------------------------------------- PyTorch's fused SDPA
 
 
-@pytest.mark.parametrize("sizes", [*SPLITS, [1] * 37])
-@pytest.mark.parametrize("chunk", [4, 8, 64])
-@pytest.mark.parametrize("dv", [6, 5, 24])  # value heads as wide as q/k, narrower, and 4 slices of their width
+triton_only = pytest.mark.skipif(not available(), reason="Triton is not installed")
+
+
+@triton_only
+@pytest.mark.parametrize(
+    "sizes, chunk", [*((sizes, chunk) for sizes in SPLITS for chunk in (4, 8, 64)), ([1] * 37, 8)]
+)  # the token-by-token calls once: the interpreter is slow
+@pytest.mark.parametrize("dv", [5, 24])  # value heads narrower than q/k, and 4 slices of their width
 def test_fused_matches_masked_softmax(sizes, chunk, dv):
     g = torch.Generator().manual_seed(8)
     B, T, H = 2, 37, 2
     q, k = (torch.randn(B, T, H, 6, dtype=torch.float64, generator=g) for _ in range(2))
     v = torch.randn(B, T, H, dv, dtype=torch.float64, generator=g)
     expected = naive_chunk_attention(q, k, v, chunk, 10000.0)
-    got, kc, vc = stream_attention(chunked_attention_fused, q, k, v, sizes, chunk)
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
-    _, kc_ref, vc_ref = stream_attention(chunked_attention, q, k, v, sizes, chunk)
-    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+    got, kc, vc = stream_attention(chunked_attention_fused, q.float(), k.float(), v.float(), sizes, chunk)
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=2e-6)
+    _, kc_ref, vc_ref = stream_attention(chunked_attention, q.float(), k.float(), v.float(), sizes, chunk)
+    torch.testing.assert_close(kc, kc_ref, rtol=0, atol=1e-6)
+    assert torch.equal(vc, vc_ref)
+
+
+@triton_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotate_kernel_matches_rotate_across_a_chunk_boundary(dtype):
+    """13 tokens after 6 cached ones in chunks of 8: positions 6, 7, 0, ..., 7, 0, 1, 2 (rotary restarts)."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 13, 3, 10, generator=g).to(dtype)
+    k = torch.randn(2, 13, 3, 20, generator=g).to(dtype)[..., :10]  # a strided view, as a projection's slice
+    cache = torch.zeros(2, 6, 3, 10, dtype=dtype)
+    for got, expected in zip(rotate_triton(q, k, cache, 8, 500.0), rotate(q, k, cache, 8, 500.0), strict=True):
+        assert got.dtype == dtype and got.is_contiguous()
+        tol = 1e-6 if dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(got.float(), expected.float(), rtol=tol, atol=tol)
 
 
 def test_fused_attend_slices_wide_value_heads_and_aligns_bottom_right():
@@ -106,41 +127,5 @@ def test_fused_takes_bfloat16():
     v = torch.randn(1, 21, 2, 32, generator=g).bfloat16()
     expected, _, _ = stream_attention(chunked_attention, q, k, v, [21], 8)
     got, _, _ = stream_attention(chunked_attention_fused, q, k, v, [13, 8], 8)
-    assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=3e-2)
-
-
-# -------------------------------------------------------------------------------------- Triton
-
-triton_only = pytest.mark.skipif(not available(), reason="Triton is not installed")
-
-
-@triton_only
-@pytest.mark.parametrize("sizes", SPLITS)
-@pytest.mark.parametrize("chunk", [4, 8, 64])
-def test_kernel_matches_reference_across_calls(sizes, chunk):
-    g = torch.Generator().manual_seed(5)
-    q, k = torch.randn(2, 37, 2, 6, generator=g), torch.randn(2, 37, 2, 6, generator=g)
-    v = torch.randn(2, 37, 2, 5, generator=g)
-    expected, kc_ref, vc_ref = stream_attention(chunked_attention, q, k, v, sizes, chunk)
-    got, kc, vc = stream_attention(chunked_attention_triton, q, k, v, sizes, chunk)
-    torch.testing.assert_close(got, expected, rtol=0, atol=2e-6)
-    torch.testing.assert_close(kc, kc_ref, rtol=0, atol=0)
-    torch.testing.assert_close(vc, vc_ref, rtol=0, atol=0)
-
-
-@triton_only
-def test_kernel_scale_is_one_and_bfloat16_inputs_work():
-    q = torch.zeros(1, 2, 1, 4)
-    q[0, 1, 0, 0] = 1.0
-    k = torch.zeros(1, 2, 1, 4)
-    k[0, 1, 0, 0] = 3.0
-    v = torch.tensor([0.0, 1.0]).view(1, 2, 1, 1)
-    out, _, _ = chunked_attention_triton(q, k, v, q[:, :0], v[:, :0], 8, 10000.0)
-    assert math.isclose(float(out[0, 1, 0, 0]), 1 / (1 + math.exp(-3.0)), rel_tol=1e-6)
-    g = torch.Generator().manual_seed(6)
-    q, k, v = (torch.randn(1, 21, 2, 8, generator=g).bfloat16() for _ in range(3))
-    expected, _, _ = stream_attention(chunked_attention, q, k, v, [21], 8)
-    got, _, _ = stream_attention(chunked_attention_triton, q, k, v, [13, 8], 8)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=3e-2)

@@ -1,5 +1,5 @@
-"""The elementwise glue of the fast path: RMSNorm and a * silu(b), the plain-PyTorch references against explicit
-formulas, and the Triton kernels against the references."""
+"""The elementwise glue of the fast path (RMSNorm, a * silu(b), the shared query/key): the plain-PyTorch references
+against explicit formulas, and the Triton kernels against the references."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 from megaeval.kernels.common import available
 from megaeval.kernels.rms_norm import rms_norm, rms_norm_triton
+from megaeval.kernels.shared_qk import shared_qk, shared_qk_triton
 from megaeval.kernels.silu_mul import silu_mul, silu_mul_triton
 
 triton_only = pytest.mark.skipif(not available(), reason="Triton is not installed")
@@ -57,3 +58,31 @@ def test_silu_mul_kernel_matches_reference():
     assert ((got.double() - exact).abs() <= exact.abs() * 2**-7).all()
     with pytest.raises(ValueError, match="one shape"):
         silu_mul_triton(a, b[:, :, :5])
+
+
+def test_shared_qk_reference_normalises_each_head_then_maps_twice():
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(2, 3, 8, dtype=torch.float64, generator=g)
+    gamma, beta = (
+        torch.randn(2, 8, dtype=torch.float64, generator=g),
+        torch.randn(2, 8, dtype=torch.float64, generator=g),
+    )
+    q, k = shared_qk(z, gamma, beta, 2, 0.0)
+    heads = z.view(2, 3, 2, 4)
+    normed = heads / heads.pow(2).mean(-1, keepdim=True).sqrt()
+    for i, got in enumerate((q, k)):
+        expected = normed * ((gamma[i] + 1) / 2).view(2, 4) + beta[i].view(2, 4)
+        torch.testing.assert_close(got, expected, rtol=1e-14, atol=1e-14)
+
+
+@triton_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_qk_kernel_matches_reference(dtype):
+    g = torch.Generator().manual_seed(6)
+    z = (torch.randn(2, 19, 3 * 12, generator=g) * 2)[..., :30].to(dtype)  # 19 rows (a partial block), a view
+    gamma, beta = (torch.randn(2, 30, generator=g).to(dtype) * 0.3 for _ in range(2))
+    got, expected = shared_qk_triton(z, gamma, beta, 3, 1e-5), shared_qk(z, gamma, beta, 3, 1e-5)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == dtype and a.shape == (2, 19, 3, 10)
+        torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol)

@@ -1,6 +1,7 @@
 """MEGALODON's static decoder (megalodon/decode.py): its steps, one token per row in static buffers, equal
 `forward` one token at a time (float64 within 1e-10, float32 within 1e-4), logits and the state after, across
-chunk boundaries and for rows at different positions; greedy generation through it equals generation without.
+chunk boundaries and for rows at different positions; the fused step (the Triton kernels of kernels/decode_step.py,
+here in Triton's CPU interpreter) equals the unfused one; greedy generation through it equals generation without.
 
 Off CUDA the step runs eagerly (what the CUDA graph captures); the graph itself is checked on a GPU only."""
 
@@ -12,6 +13,7 @@ import torch
 
 from megaeval import MegaevalError
 from megaeval.distributed import ChunkGroup
+from megaeval.kernels.common import available
 from megaeval.models.megalodon import ChunkParallelLM, MegalodonLM, MegalodonState
 from megaeval.models.megalodon.decode import StaticDecoder
 from megaeval.scoring.generate import decode_rows, greedy_generate, read
@@ -19,6 +21,7 @@ from megaeval.tokenizers import SentencePieceTokenizer
 from megaeval_testing import VOCAB, FakeTokenizer, random_model, small_args
 
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}
+triton_only = pytest.mark.skipif(not available(), reason="Triton is not installed")
 
 
 def make_lm(dtype: torch.dtype = torch.float64, seed: int = 0, **args) -> MegalodonLM:
@@ -51,7 +54,7 @@ def test_steps_equal_forward_one_token_at_a_time_across_chunks(dtype):
     lm, tol = make_lm(dtype), TOLERANCE[dtype]
     tokens = tokens_for(2, 5 + 30 + 11)  # 5 read, 30 decoded (chunk 8: four boundaries), 11 read again
     _, state = lm.forward(tokens[:, :5], lm.init_state(2))
-    decoder = StaticDecoder(lm.model, 2)
+    decoder = StaticDecoder(lm.model, 2, fused=False)  # the fused step: test_fused_steps_equal_unfused_steps
     decoder.load(state)
     for t in range(5, 35):
         want, state = lm.forward(tokens[:, t : t + 1], state)
@@ -129,7 +132,7 @@ def test_bfloat16_steps_track_forward():
     lm = make_lm(torch.bfloat16)
     tokens = tokens_for(2, 20, seed=4)
     _, state = lm.forward(tokens[:, :3], lm.init_state(2))
-    decoder = StaticDecoder(lm.model, 2)
+    decoder = StaticDecoder(lm.model, 2, fused=False)
     decoder.load(state)
     assert decoder.layers[0].k.dtype == torch.float32 and decoder.layers[0].v.dtype == torch.bfloat16
     for t in range(3, 20):
@@ -137,6 +140,64 @@ def test_bfloat16_steps_track_forward():
         got = decoder.step(tokens[:, t])
         assert float((got - want[:, 0]).abs().max()) <= 0.05 * float(want.abs().max())
     assert decoder.state().layers[0].k.dtype == torch.bfloat16
+
+
+FEATURES = {  # every branch of the fused step: SwiGLU or not, FFN rescale, affine norms, scaled embeddings
+    "small": {},
+    "plain": dict(swiglu=False, rescale_nffn=True, norm_affine=False, scale_emb=True, norm_num_groups=2, cema_ndim=3),
+}
+
+
+@triton_only
+@pytest.mark.parametrize(
+    "dtype, features",
+    [
+        (torch.float32, "small"),
+        pytest.param(torch.float32, "plain", marks=pytest.mark.slow),  # the interpreter is slow: -m slow runs these
+        pytest.param(torch.bfloat16, "small", marks=pytest.mark.slow),
+    ],
+)
+def test_fused_steps_equal_unfused_steps_and_forward(dtype, features):
+    """Rows at their own positions (fills 5, 0, 6), 11 steps across one or two chunk boundaries each (chunk 8): the
+    fused step's logits and state equal the unfused step's and `forward`'s, in float32 to rounding (max |difference|
+    / max |logit| <= 1e-5, 1e-4). In bfloat16 (a slow test) they differ by rounding that grows from step to step,
+    some 3% of the largest logit at worst for the unfused step against `forward`, and twice that here for the fused
+    one: the interpreter truncates to bfloat16 where a GPU rounds (rounding as a GPU does, the fused step is as close
+    to `forward` as the unfused one); a wrong value is off by its own size, far more."""
+    lm = make_lm(dtype, seed=11, **FEATURES[features])
+    stacked = MegalodonState.stack([lm.forward(tokens_for(1, n, seed=n), lm.init_state(1))[1] for n in (13, 16, 22)])
+    fused, unfused = StaticDecoder(lm.model, 3, fused=True), StaticDecoder(lm.model, 3, fused=False)
+    assert fused.layers[0].k.dtype == dtype and unfused.layers[0].k.dtype == torch.float32
+    fused.load(stacked)
+    unfused.load(stacked)
+    steps = 11  # the interpreter is slow
+    tokens, diffs = tokens_for(3, steps, seed=12), []
+    for t in range(steps):
+        got, want = fused.step(tokens[:, t]), unfused.step(tokens[:, t])
+        eager, stacked = lm.forward(tokens[:, t : t + 1], stacked)
+        assert torch.isfinite(got).all() and got.dtype == want.dtype == torch.float32
+        diffs.append([float((got - other).abs().max() / other.abs().max()) for other in (want, eager[:, 0])])
+    worst, mean = torch.tensor(diffs).amax(0), torch.tensor(diffs).mean(0)
+    if dtype == torch.float32:
+        assert worst[0] <= 1e-5 and worst[1] <= 1e-4, diffs
+    else:
+        assert worst.max() <= 0.15 and mean.max() <= 0.05, diffs
+    if dtype == torch.float32:
+        assert_same_state(fused.state(), unfused.state(), 1e-4)
+        assert_same_state(fused.state(), stacked, 1e-4)
+
+
+def test_fused_needs_the_kernels():
+    if available():
+        assert StaticDecoder(LM64.model, 1).fused is False  # float64: the kernels compute in float32
+        lm = make_lm(torch.float32)
+        assert StaticDecoder(lm.model, 1).fused is True  # the interpreter runs them on the CPU
+        for kernels, fused in (("auto", True), ("torch", False)):  # kernels "torch": no Triton in the step either
+            other = MegalodonLM(lm.model, FakeTokenizer(), None, kernels=kernels)
+            other.static_decode = "on"
+            assert other.decoder(1).fused is fused
+    with pytest.raises(MegaevalError, match="fused decoding step"):
+        StaticDecoder(LM64.model, 1, fused=True)
 
 
 def test_bad_tokens_are_refused():

@@ -97,7 +97,8 @@ class MegalodonLM(ChunkedStreamingLM):
             need = StaticDecoder.nbytes(self.model, batch_size)
             if on_cuda and torch.cuda.mem_get_info(self.device)[0] < 1.25 * need:
                 return None
-            self._decoder = StaticDecoder(self.model, batch_size, graph=on_cuda)
+            fused = False if self.kernels == "torch" else None  # kernels "torch": no Triton in the step either
+            self._decoder = StaticDecoder(self.model, batch_size, graph=on_cuda, fused=fused)
         return self._decoder
 
     # ------------------------------------------------------------------------------- internals

@@ -8,13 +8,17 @@ tensor; the final norm's statistics; the input tokens and the output logits. A s
 with no host synchronisation, so on CUDA it is captured once in a CUDA graph and each step is one replay.
 
 A step computes what `Megalodon._forward_rows` computes (one token per row, each row at its own position). It runs
-the model's own projections, FFN and output layer; only what changes shape is written here: TimestepNorm and CEMA
-for one timestep (`kernels.timestep_norm.cumulative_moments` and `kernels.cema.cema` at T = 1) and attention over
-a chunk-sized cache whose slots past the row's fill are masked (`kernels.attention.rows_attention`). At batch 1 a
-7B step is bound by reading the weights and every small kernel adds to it, so the step is written in few kernels:
-statistics updated in place, rotary phases and masks computed once a step for every layer, and, in bfloat16, the
-elementwise work between two projections kept in float32 (rounded to the model dtype only where a projection reads
-it; the eager step rounds after every operation). float32 and float64 steps equal the eager ones to rounding.
+the model's own projections (weights of its linear layers) and output layer; the work between them is
+`megaeval.kernels.decode_step`'s: TimestepNorm and CEMA for one timestep (`kernels.timestep_norm.cumulative_moments`
+and `kernels.cema.cema` at T = 1), the q/k path with the cache writes, and attention over a chunk-sized cache whose
+slots past the row's fill are masked (`kernels.attention.rows_attention`). At batch 1 a 7B step is bound by reading
+the weights and every small kernel adds to it, so the step is written in few kernels. Unfused (`fused=False`), the
+step runs decode_step's PyTorch references: statistics updated in place, rotary phases and masks computed once a
+step for every layer, in bfloat16 the elementwise work between two projections in float32 (rounded to the model
+dtype where a projection reads it), some 50 kernels a layer. Fused (the default where the Triton kernels run: on
+CUDA, or in Triton's CPU interpreter), the same work runs in decode_step's Triton kernels, 15 kernels a layer
+(8 of them the projections), with the chunk's keys cached in the model dtype (unfused: the accumulation dtype).
+float32 and float64 steps equal the eager ones to rounding.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...errors import fail
+from ...kernels import decode_step
 from ...kernels.common import acc_dtype
+from ...kernels.decode_step import Cema, Norm, Slots
 from ..base import one_or_per_row
 from .model import MegaBlock, Megalodon, TimestepNorm, complex_dtype
 from .state import LayerState, MegalodonState, NormState
@@ -37,29 +43,13 @@ WARMUP_STEPS = 3  # eager steps on a side stream before capture (cuBLAS workspac
 
 
 @dataclass
-class _Norm:
-    """One TimestepNorm's statistics (float64, updated in place) and affine terms (float64)."""
-
-    mean: Tensor  # [B, G]
-    var: Tensor  # [B, G]
-    weight: Tensor  # [D]: weight + 1
-    bias: Tensor  # [D]
-    eps: float
-
-
-@dataclass
 class _Layer:
     """One layer's state buffers and the constants its step uses."""
 
-    norm: _Norm
-    h: Tensor  # [B, D, N] complex CEMA state
-    k: Tensor  # [B, H, chunk, dz] rotated keys, in the accumulation dtype (scores in float32 for bf16 models)
+    norm: Norm  # TimestepNorm statistics (float64, updated in place) and affine terms (float64)
+    cema: Cema  # CEMA state [B, D, N] (complex) and coefficients, the RMSNorm weight, in the accumulation dtype
+    k: Tensor  # [B, H, chunk, dz] rotated keys: unfused in the accumulation dtype, fused in the model dtype
     v: Tensor  # [B, H, chunk, dv] values
-    p: Tensor  # [D, N] CEMA input weight (real)
-    q: Tensor  # [D, N] CEMA decay (complex)
-    gamma: Tensor  # [D, N] CEMA output weight (complex)
-    omega: Tensor  # [D] CEMA skip weight
-    rms_weight: Tensor | None  # [D]: weight + 1, in the accumulation dtype
     qk_scale: Tensor  # [2, Z]: (gamma + 1) / sqrt(dz) as the model computes it, in the accumulation dtype
     qk_offset: Tensor  # [2, Z]: beta, in the accumulation dtype
 
@@ -69,15 +59,24 @@ class StaticDecoder:
 
     `load(state, rows)` puts the rows of a state into slots, `step(tokens)` feeds one token to every slot and
     returns its logits, `state(rows)` gives slots back as a MegalodonState. With `graph` (CUDA only) the step is
-    captured once in a CUDA graph; otherwise it runs eagerly. The model's weights must not change afterwards."""
+    captured once in a CUDA graph; otherwise it runs eagerly. `fused`: the step's work between the projections in
+    `kernels.decode_step`'s Triton kernels (True), or in its PyTorch references (False); default (None): fused where
+    those kernels run (`decode_step.runs_on`). The model's weights must not change afterwards."""
 
-    def __init__(self, model: Megalodon, batch_size: int, graph: bool = False):
+    def __init__(self, model: Megalodon, batch_size: int, graph: bool = False, fused: bool | None = None):
         a = model.args
         ref = model.embed.weight
         self.model, self.batch_size, self.chunk = model, batch_size, a.chunk_size
         self.dtype, self.acc, self.device = ref.dtype, acc_dtype(ref.dtype), ref.device
+        runs = decode_step.runs_on(ref.device, ref.dtype)
+        if fused and not runs:
+            raise fail(f"the fused decoding step's Triton kernels do not run a {ref.dtype} model on {ref.device}",
+                       "use fused=False (or leave it to the default)")  # fmt: skip
+        self.fused = runs if fused is None else fused
+        self.ops = decode_step.TRITON if self.fused else decode_step.TORCH
+        self.k_dtype = self.dtype if self.fused else self.acc  # unfused: scores of float32 keys, as before
         self.heads, self.vocab_size = a.num_heads, a.vocab_size
-        B, H, C, dev = batch_size, a.num_heads, a.chunk_size, ref.device
+        B, C, dev = batch_size, a.chunk_size, ref.device
         with torch.inference_mode():
             self.tokens = torch.zeros(B, dtype=torch.long, device=dev)
             self.logits = torch.zeros(B, a.out_size, dtype=torch.promote_types(self.dtype, torch.float32), device=dev)
@@ -86,7 +85,6 @@ class StaticDecoder:
             self.layers = [self._layer_buffers(block) for block in model.layers]
             self.final = self._norm_buffers(model.output.final_norm)
             self.slot_ids = torch.arange(C, device=dev)
-            self.slot_base = (torch.arange(B, device=dev)[:, None] * H + torch.arange(H, device=dev)) * C
             # e^(i * position * frequency) for every position in a chunk: `apply_rope`'s angles, as pairs rotate
             d = a.z_head_dim
             inv_freq = 1.0 / model.layers[0].mega.rope_base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
@@ -99,32 +97,38 @@ class StaticDecoder:
         if graph:
             self._capture()
 
-    def _norm_buffers(self, norm: TimestepNorm) -> _Norm:
+    def _norm_buffers(self, norm: TimestepNorm) -> Norm:
         B, dev = self.batch_size, self.device
         G = norm.num_groups
         zeros = torch.zeros(B, G, dtype=torch.float64, device=dev)
-        return _Norm(zeros, zeros.clone(), norm.weight.double() + 1.0, norm.bias.double(), norm.eps)
+        return Norm(zeros, zeros.clone(), norm.weight.double() + 1.0, norm.bias.double(), norm.eps)
 
     def _layer_buffers(self, block: MegaBlock) -> _Layer:
         mega, a = block.mega, self.model.args
         B, H, C, dev = self.batch_size, a.num_heads, a.chunk_size, self.device
         p, log_q, gamma = mega.cema.coefficients()
         cplx = complex_dtype(self.dtype)
-        return _Layer(
-            norm=self._norm_buffers(mega.timenorm),
+        cema = Cema(
             h=torch.zeros(B, a.model_dim, a.cema_ndim, dtype=cplx, device=dev),
-            k=torch.zeros(B, H, C, a.z_head_dim, dtype=self.acc, device=dev),
-            v=torch.zeros(B, H, C, a.v_head_dim, dtype=self.dtype, device=dev),
-            p=p.to(self.acc), q=torch.exp(log_q).to(cplx), gamma=gamma.to(cplx),
-            omega=mega.cema.omega.reshape(-1).to(self.acc),
+            p=p.to(self.acc).contiguous(),
+            q=torch.exp(log_q).to(cplx).contiguous(),
+            gamma=gamma.to(cplx).contiguous(),
+            omega=mega.cema.omega.reshape(-1).to(self.acc).contiguous(),
             rms_weight=None if mega.rmsnorm.weight is None else mega.rmsnorm.weight.to(self.acc) + 1.0,
-            qk_scale=((mega.gamma + 1.0) / math.sqrt(mega.gamma.shape[1] // H)).to(self.acc),
-            qk_offset=mega.beta.to(self.acc),
+            rms_eps=mega.rmsnorm.eps,
+        )
+        return _Layer(
+            norm=self._norm_buffers(mega.timenorm), cema=cema,
+            k=torch.zeros(B, H, C, a.z_head_dim, dtype=self.k_dtype, device=dev),
+            v=torch.zeros(B, H, C, a.v_head_dim, dtype=self.dtype, device=dev),
+            qk_scale=((mega.gamma + 1.0) / math.sqrt(mega.gamma.shape[1] // H)).to(self.acc).contiguous(),
+            qk_offset=mega.beta.to(self.acc).contiguous(),
         )  # fmt: skip
 
     @staticmethod
     def nbytes(model: Megalodon, batch_size: int) -> int:
-        """Bytes of the state buffers a decoder of `batch_size` rows holds for `model` (about)."""
+        """Bytes of the state buffers a decoder of `batch_size` rows holds for `model` (about; keys counted in the
+        accumulation dtype, the unfused step's, at most the fused one's)."""
         a, dtype = model.args, model.embed.weight.dtype
         dtypes = (dtype, acc_dtype(dtype), complex_dtype(dtype))
         size, acc, cplx = (torch.empty(0, dtype=t).element_size() for t in dtypes)
@@ -146,7 +150,7 @@ class StaticDecoder:
         index = torch.tensor(rows, dtype=torch.long, device=self.device)
         for i, (buf, s) in enumerate(zip(self.layers, state.layers, strict=True)):
             self._load_norm(i, buf.norm, s.norm, index)
-            buf.h[index] = s.cema.to(buf.h.dtype)
+            buf.cema.h[index] = s.cema.to(buf.cema.h.dtype)
             width = s.k.shape[1]
             for cache, part in ((buf.k, s.k), (buf.v, s.v)):
                 cache[index] = 0  # slots past a row's fill are masked; zeros keep them finite
@@ -158,7 +162,7 @@ class StaticDecoder:
         for r, position, fill in zip(rows, state.positions(), fills, strict=True):
             self.positions[r], self.fills[r] = position, fill
 
-    def _load_norm(self, i: int, buf: _Norm, norm: NormState, index: Tensor) -> None:
+    def _load_norm(self, i: int, buf: Norm, norm: NormState, index: Tensor) -> None:
         self.counts[i, index, 0] = torch.tensor(norm.counts(), dtype=torch.float64, device=self.device)
         buf.mean[index] = norm.mean.to(torch.float64)
         buf.var[index] = norm.var.to(torch.float64)
@@ -173,13 +177,13 @@ class StaticDecoder:
         width = max(fills, default=0)
         counts = self.counts[:, index, 0].tolist()
 
-        def norm(i: int, buf: _Norm) -> NormState:
+        def norm(i: int, buf: Norm) -> NormState:
             return NormState(one_or_per_row([int(c) for c in counts[i]]), buf.mean[index], buf.var[index])
 
         layers = []
         for i, buf in enumerate(self.layers):
             k, v = (cache[index, :, :width].transpose(1, 2).to(self.dtype) for cache in (buf.k, buf.v))
-            layers.append(LayerState(norm(i, buf.norm), buf.h[index], k, v))
+            layers.append(LayerState(norm(i, buf.norm), buf.cema.h[index], k, v))
         alike = len(set(positions)) == 1
         final = norm(len(self.layers), self.final)
         return MegalodonState(layers, final, one_or_per_row(positions), None, None if alike else fills)
@@ -223,60 +227,45 @@ class StaticDecoder:
 
     def _compute(self) -> None:
         """One token for every slot, from the static buffers into them: what the CUDA graph holds."""
-        B, C = self.batch_size, self.chunk
         self.counts.add_(1)  # counts[i] now includes this token: n
         inv_n = self.counts.reciprocal()
         carried = (self.counts - 1) * inv_n  # c / n: weight of the statistics carried in
-        masked = (self.slot_ids > self.fill[:, None]).view(B, 1, 1, C)  # past the row's own key: hidden
-        phase = self.rope[self.fill].view(B, 1, 1, -1)
-        index = (self.slot_base + self.fill[:, None]).view(-1)  # the token's slot, per row and head
+        slots = Slots(self.fill, self.rope, self.heads, self.slot_ids)
         x = self.model.embed(self.tokens)
         if self.model.emb_scale is not None:
             x = x * self.model.emb_scale
+        ffn = alpha = None  # the previous layer's FFN output and scale: its residual is added by the next norm
         for i, (block, buf) in enumerate(zip(self.model.layers, self.layers, strict=True)):
-            x = self._layer(block, buf, x, inv_n[i], carried[i], masked, phase, index)
-        hidden = self._timestep_norm(self.final, x, inv_n[-1], carried[-1])
-        self.logits.copy_(self.model.logits(hidden))
-        self.fill.add_(1).remainder_(C)
+            x, ffn = self._layer(block, buf, x, ffn, alpha, inv_n[i], carried[i], slots)
+            alpha = block.nffn.alpha
+        _, hidden = self.ops.norm(x, ffn, alpha, inv_n[-1], carried[-1], self.final)
+        weight = self.model.output.output.weight  # `Megalodon.logits`, its result written into self.logits
+        if self.logits.dtype == hidden.dtype:
+            torch.mm(hidden, weight.t(), out=self.logits)
+        else:
+            self.logits.copy_(torch.mm(hidden, weight.t()))
+        self.fill.add_(1).remainder_(self.chunk)
 
-    def _layer(self, block: MegaBlock, buf: _Layer, x: Tensor, inv_n: Tensor, carried: Tensor, masked: Tensor,
-               phase: Tensor, index: Tensor) -> Tensor:  # fmt: skip
-        """`MegaBlock` for one token per row, x [B, D]: `MovingAverageGatedAttention.gated_attention` with the
-        cache a whole chunk, then the FFN."""
-        mega, B, H, acc = block.mega, self.batch_size, self.heads, self.acc
-        y = self._timestep_norm(buf.norm, x, inv_n, carried)
-        mx = F.rms_norm(self._cema(buf, y), (y.shape[-1],), buf.rms_weight, mega.eps).to(self.dtype)
-        z = mega.wz(mx).view(B, H, -1).to(acc)
-        z = F.rms_norm(z, z.shape[-1:], None, mega.eps).view(B, 1, -1)
-        qk = torch.addcmul(buf.qk_offset, z, buf.qk_scale)  # [B, 2, Z]: the query, the key
-        pairs = torch.view_as_complex(qk.view(B, 2, H, -1, 2))  # rotary embedding as complex products
-        q, k = torch.view_as_real(pairs * phase).view(B, 2, H, -1).unbind(1)
-        v = F.silu(mega.wv(y))
-        r = F.silu(mega.wr(mx))
-        buf.k.view(-1, buf.k.shape[-1]).index_copy_(0, index, k.reshape(B * H, -1))  # the token joins its chunk
-        buf.v.view(-1, buf.v.shape[-1]).index_copy_(0, index, v.view(B * H, -1))
-        scores = torch.matmul(q.unsqueeze(2), buf.k.transpose(-1, -2)).masked_fill_(masked, -math.inf)
-        attn = torch.matmul(torch.softmax(scores, dim=-1).to(self.dtype), buf.v)  # [B, H, 1, dv]
-        h = mega.wh1(mx).addmm_(attn.view(B, -1) * r, mega.wh2.weight.t())  # wh1(mx) + wh2(attn * r)
-        return block.nffn(x + h, x)
+    def _linear(self, layer: torch.nn.Linear, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        """A projection: unfused the layer itself, (layer(x), None); fused (x W^T, bias), the bias left to the
+        kernel that reads the product (at batch 1 a linear layer with a bias is two kernels, a copy and a GEMV)."""
+        if not self.fused:
+            return layer(x), None
+        return torch.mm(x, layer.weight.t()), layer.bias
 
-    @staticmethod
-    def _timestep_norm(buf: _Norm, x: Tensor, inv_n: Tensor, carried: Tensor) -> Tensor:
-        """TimestepNorm of one timestep x [B, D], its statistics updated in place (`cumulative_moments` at T = 1:
-        mean += d / n, var = (c var + step_var + d^2) / n - (d / n)^2, with d = step_mean - mean)."""
-        B, G = buf.mean.shape
-        xg = x.view(B, G, -1).double()
-        step_var, step_mean = torch.var_mean(xg, dim=-1, correction=0)
-        d = step_mean - buf.mean
-        # var + (step_var + d^2 c / n - var) / n: the same variance; lerp of two non-negative ends stays >= 0
-        buf.var.lerp_(torch.addcmul(step_var, d * carried, d), inv_n)
-        buf.mean.lerp_(step_mean, inv_n)
-        y = (xg - buf.mean[..., None]) * torch.rsqrt(buf.var + buf.eps)[..., None]
-        return torch.addcmul(buf.bias, y.view(B, -1), buf.weight, out=torch.empty_like(x))  # rounded to x.dtype
-
-    @staticmethod
-    def _cema(buf: _Layer, y: Tensor) -> Tensor:
-        """CEMA of one timestep y [B, D], its state updated in place: h = p y + q h, out = Re(sum gamma h) + omega y
-        (in the accumulation dtype: what follows is an RMSNorm, computed there)."""
-        torch.view_as_real(buf.h.mul_(buf.q))[..., 0].addcmul_(buf.p, y[..., None])
-        return torch.addcmul((buf.h * buf.gamma).sum(-1).real, buf.omega, y)
+    def _layer(self, block: MegaBlock, buf: _Layer, x: Tensor, ffn: Tensor | None, alpha: Tensor | None,
+               inv_n: Tensor, carried: Tensor, slots: Slots) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """`MegaBlock` for one token per row (x [B, D], with `ffn` the previous layer's input and FFN output, which
+        `ops.norm_cema` adds): `MovingAverageGatedAttention.gated_attention` with the cache a whole chunk, then the
+        FFN but its residual. Returns the layer's input and its FFN output."""
+        mega, nffn, ops, linear = block.mega, block.nffn, self.ops, self._linear
+        x, y, mx = ops.norm_cema(x, ffn, alpha, inv_n, carried, buf.norm, buf.cema)
+        (z, z_bias), (v, v_bias), (r, r_bias) = linear(mega.wz, mx), linear(mega.wv, y), linear(mega.wr, mx)
+        q = ops.qk(z, v, buf.qk_scale, buf.qk_offset, mega.eps, slots, buf.k, buf.v, z_bias, v_bias)
+        gated = ops.attend(q, buf.k, buf.v, r, slots, r_bias)  # attention times silu(wr(mx))
+        h, h_bias = linear(mega.wh1, mx)
+        h.addmm_(gated, mega.wh2.weight.t())  # wh1(mx) + wh2(attn * silu(r))
+        normed = ops.residual_layer_norm(x, h, nffn.norm.weight, nffn.norm.bias, nffn.norm.eps, h_bias)
+        silu_mul = ops.silu_mul if self.fused else nffn.ops.silu_mul  # unfused: the model's own, as its forward
+        hidden = F.silu(nffn.fc1(normed)) if nffn.fc3 is None else silu_mul(nffn.fc3(normed), nffn.fc1(normed))
+        return x, nffn.fc2(hidden)

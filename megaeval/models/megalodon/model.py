@@ -71,6 +71,12 @@ class TimestepNorm(nn.Module):
 # -------------------------------------------------------------------------------------- CEMA
 
 
+def _version(t: Tensor) -> int:
+    """In-place changes seen by t so far (0 for tensors made in inference mode, which count none and can change
+    only inside it)."""
+    return 0 if t.is_inference() else t._version
+
+
 class MultiHeadComplexEMA(nn.Module):
     """Complex exponential moving average: per dimension d and component n,
     h_t = p x_t + q h_{t-1},  y_t = Re(sum_n gamma_n h_t,n) + omega x_t,
@@ -86,9 +92,16 @@ class MultiHeadComplexEMA(nn.Module):
         self.theta = nn.Parameter(torch.zeros(dim, 1, 1))
         self.gamma = nn.Parameter(torch.zeros(dim, ndim, 2))  # complex, as (real, imag)
         self.omega = nn.Parameter(torch.zeros(dim, 1))
+        self._coefficients: tuple[tuple, tuple, tuple[Tensor, Tensor, Tensor]] | None = None
 
     def coefficients(self) -> tuple[Tensor, Tensor, Tensor]:
-        """p [D, N] (real), log q [D, N] and gamma [D, N] (complex), all in float64."""
+        """p [D, N] (real), log q [D, N] and gamma [D, N] (complex), all in float64; computed once for given
+        parameters (the same tensors call after call, which the kernels' constants are kept by), again after
+        any change to them or with gradients on."""
+        params = (self.alpha, self.delta, self.theta, self.gamma)
+        key = tuple((id(t), _version(t), t.data_ptr(), t.dtype, t.device) for t in params)
+        if self._coefficients is not None and self._coefficients[0] == key and not torch.is_grad_enabled():
+            return self._coefficients[2]
         N = self.ndim
         alpha = torch.sigmoid(self.alpha.double()).squeeze(-1)
         delta = torch.sigmoid(self.delta.double()).squeeze(-1)
@@ -96,7 +109,11 @@ class MultiHeadComplexEMA(nn.Module):
         harmonics = torch.arange(1, N + 1, dtype=torch.float64, device=alpha.device)
         log_q = torch.complex(torch.log1p(-alpha * delta), base_angle * harmonics)
         gamma = torch.view_as_complex(self.gamma.double().contiguous()) * math.sqrt(1.0 / N)
-        return alpha, log_q, gamma
+        if torch.is_grad_enabled():
+            return alpha, log_q, gamma
+        with torch.inference_mode(False):  # ordinary tensors, usable inside and outside inference mode
+            self._coefficients = (key, params, (alpha.clone(), log_q.clone(), gamma.clone()))  # params: ids stay theirs
+        return self._coefficients[2]
 
     def forward(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
         """x: [B, T, D], h: [B, D, N] complex carried state. Returns y [B, T, D] and the new state."""
@@ -189,9 +206,7 @@ class MovingAverageGatedAttention(nn.Module):
         H = self.num_heads
         mx = self.rmsnorm(out_cema)
 
-        z = self.ops.rms_norm(self.wz(mx).view(B, T, H, -1), None, self.eps).view(B, T, 1, -1)  # per-head, no affine
-        z_head_dim = self.gamma.shape[1] // H
-        q, k = (z * ((self.gamma + 1.0) / math.sqrt(z_head_dim)) + self.beta).unbind(2)
+        q, k = self.ops.shared_qk(self.wz(mx), self.gamma, self.beta, H, self.eps)  # per-head norm, two affine maps
         v = F.silu(self.wv(out_tsn))
 
         q, k, v = q.view(B, T, H, -1), k.view(B, T, H, -1), v.view(B, T, H, -1)
