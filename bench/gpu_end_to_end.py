@@ -23,7 +23,6 @@ memory from the first segment to the last. Without CUDA it stops with a message.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -37,7 +36,7 @@ from megaeval.kernels import TRITON, attention, rms_norm, silu_mul
 from megaeval.models.megalodon import Megalodon, MegalodonLM, ModelArgs
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])  # bench/ beside this file: its kernels.py for the shared parts
-from kernels import DEVICE, SEVEN_B, peak_matmul_tflops, require_cuda  # noqa: E402
+from kernels import DEVICE, SEVEN_B, peak_matmul_tflops, require_cuda, write_result  # noqa: E402
 
 E2E_TARGET = 25_000  # tokens/s of the 32-layer model
 
@@ -212,10 +211,7 @@ def main() -> None:
             long = lm_of(random_model(args.long_layers), "auto")
             rows = stream(long, long_tokens, 131072, peak)
             result["streams"].append(summary(f"7B-shaped x{args.long_layers}", long, rows, peak))
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(table(result))
-    print(f"\nJSON: {args.out}", file=sys.stderr)
+    write_result(result, args.out, table)
 
 
 if __name__ == "__main__":

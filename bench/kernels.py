@@ -36,6 +36,7 @@ from megaeval.kernels import attention, cema, nll, rms_norm, silu_mul, timestep_
 from megaeval.kernels.common import available
 from megaeval.models.megalodon import ModelArgs
 from megaeval.models.megalodon.model import MultiHeadComplexEMA
+from megaeval.runs.utilisation import measure_matmul_tflops
 
 SEVEN_B = dict(
     model_dim=4096, z_dim=1024, value_dim=8192, num_heads=4, ffn_hidden_dim=11264, cema_ndim=16, chunk_size=2048,
@@ -64,10 +65,17 @@ def milliseconds(fn: Callable[[], Any]) -> float:
     return float(do_bench(fn, warmup=25, rep=150, return_mode="median"))
 
 
-def peak_matmul_tflops(n: int = 8192) -> float:
-    """Peak bfloat16 matmul throughput, measured with an n x n x n torch.matmul on random data."""
-    a, b = (torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
-    return 2 * n**3 / milliseconds(lambda: a @ b) / 1e9
+def peak_matmul_tflops() -> float:
+    """Peak bfloat16 matmul throughput, as `ppl-sweep --peak-tflops measure` takes it (megaeval.runs.utilisation)."""
+    return measure_matmul_tflops(torch.device(DEVICE), torch.bfloat16)
+
+
+def write_result(result: dict[str, Any], out: str, table: Callable[[dict[str, Any]], str]) -> None:
+    """The result as JSON in `out`, and as a table on stdout."""
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(table(result))
+    print(f"\nJSON: {out}", file=sys.stderr)
 
 
 def relative_error(got: Any, ref: Any) -> float:
@@ -243,11 +251,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="kernels_bench.json", help="JSON output (default kernels_bench.json)")
     args = parser.parse_args()
-    result = run()
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
-    print(table(result))
-    print(f"\nJSON: {args.out}", file=sys.stderr)
+    write_result(run(), args.out, table)
 
 
 if __name__ == "__main__":

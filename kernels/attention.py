@@ -136,12 +136,14 @@ def fused_attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 @functools.lru_cache(maxsize=32)
-def rope_table(chunk: int, d: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
-    """cos and sin [chunk, d / 2] (float32) of every position in a chunk, as `apply_rope` computes them."""
+def rope_table(
+    chunk: int, d: int, base: float, device: torch.device, dtype: torch.dtype = torch.float32
+) -> tuple[Tensor, Tensor]:
+    """cos and sin [chunk, d / 2] (`dtype`) of every position in a chunk, as `apply_rope` computes them."""
     with torch.inference_mode(False):  # ordinary tensors: usable inside and outside inference mode
         inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
         angle = torch.arange(chunk, dtype=torch.float64, device=device)[:, None] * inv_freq
-        return angle.cos().float(), angle.sin().float()
+        return angle.cos().to(dtype), angle.sin().to(dtype)
 
 
 @jit

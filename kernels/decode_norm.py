@@ -96,6 +96,19 @@ def residual_layer_norm(
 
 
 @jit
+def _input_tile(x_ptr, f_ptr, a_ptr, row, d, mask, FFN: tl.constexpr, ALPHA: tl.constexpr):
+    """The layer input at dims d of a row: x, or with FFN x + alpha ffn, rounded as the model rounds it (the product,
+    then the sum), in the model dtype."""
+    x = tl.load(x_ptr + row + d, mask=mask, other=0.0)
+    if FFN:
+        f = tl.load(f_ptr + row + d, mask=mask, other=0.0).to(tl.float32)
+        if ALPHA:
+            f = (tl.load(a_ptr + d, mask=mask, other=0.0).to(tl.float32) * f).to(x.dtype).to(tl.float32)
+        x = (f + x.to(tl.float32)).to(x.dtype)
+    return x
+
+
+@jit
 def _norm_cema_kernel(
     x_ptr, f_ptr, a_ptr, xo_ptr, y_ptr, c_ptr, ss_ptr,
     inv_n_ptr, carried_ptr, mean_ptr, var_ptr, nw_ptr, nb_ptr,
@@ -121,12 +134,8 @@ def _norm_cema_kernel(
         e = s0 + tl.arange(0, BLOCK_D)
         mask = e < GS
         d = d0 + e
-        x = tl.load(x_ptr + row + d, mask=mask, other=0.0)
-        if FFN:  # the layer input: x + alpha ffn, rounded as the model rounds it (the product, then the sum)
-            f = tl.load(f_ptr + row + d, mask=mask, other=0.0).to(tl.float32)
-            if ALPHA:
-                f = (tl.load(a_ptr + d, mask=mask, other=0.0).to(tl.float32) * f).to(x.dtype).to(tl.float32)
-            x = (f + x.to(tl.float32)).to(x.dtype)
+        x = _input_tile(x_ptr, f_ptr, a_ptr, row, d, mask, FFN, ALPHA)
+        if FFN:
             tl.store(xo_ptr + row + d, x, mask=mask)
         r = tl.where(mask, x.to(tl.float64) - mean, 0.0)
         s1 += r
@@ -149,12 +158,7 @@ def _norm_cema_kernel(
         e = s0 + tl.arange(0, BLOCK_D)
         mask = e < GS
         d = d0 + e
-        x = tl.load(x_ptr + row + d, mask=mask, other=0.0)
-        if FFN:  # as in the first pass (recomputed: a program does not read back its own stores)
-            f = tl.load(f_ptr + row + d, mask=mask, other=0.0).to(tl.float32)
-            if ALPHA:
-                f = (tl.load(a_ptr + d, mask=mask, other=0.0).to(tl.float32) * f).to(x.dtype).to(tl.float32)
-            x = (f + x.to(tl.float32)).to(x.dtype)
+        x = _input_tile(x_ptr, f_ptr, a_ptr, row, d, mask, FFN, ALPHA)  # again: a program does not read its stores
         w = tl.load(nw_ptr + d, mask=mask, other=0.0)
         bias = tl.load(nb_ptr + d, mask=mask, other=0.0)
         y = bias + (x.to(tl.float64) - mean) * rstd * w

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from ...errors import fail
 from ...kernels import decode_step
+from ...kernels.attention import rope_table
 from ...kernels.common import acc_dtype
 from ...kernels.decode_step import Cema, Norm, Slots
 from ..base import one_or_per_row
@@ -86,10 +87,8 @@ class StaticDecoder:
             self.final = self._norm_buffers(model.output.final_norm)
             self.slot_ids = torch.arange(C, device=dev)
             # e^(i * position * frequency) for every position in a chunk: `apply_rope`'s angles, as pairs rotate
-            d = a.z_head_dim
-            inv_freq = 1.0 / model.layers[0].mega.rope_base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-            angle = torch.arange(C, dtype=torch.float64)[:, None] * inv_freq
-            self.rope = torch.complex(angle.cos().to(self.acc), angle.sin().to(self.acc)).to(dev)
+            cos, sin = rope_table(C, a.z_head_dim, model.layers[0].mega.rope_base, dev, self.acc)
+            self.rope = torch.complex(cos, sin)
         self.positions = [0] * B  # on the host: a step never reads them back
         self.fills = [0] * B
         self._graph: torch.cuda.CUDAGraph | None = None
