@@ -67,7 +67,9 @@ def open_source(src: str, text_field: str = "text") -> Source:
     return _open_hub(src, text_field)
 
 
-def _open_folder(src: str, path: Path) -> Source:
+def folder_books(src: str, path: Path) -> list[tuple[str, Path]]:
+    """The .txt/.txt.gz books under a folder (at any depth) as (path relative to it, file), sorted; a broken link
+    or a folder without books is refused."""
     named = [p for p in path.rglob("*") if p.name.lower().endswith(BOOK_SUFFIXES)]
     for p in named:
         if p.is_symlink() and not p.exists():  # dangling, or a loop: never dropped without a word
@@ -77,6 +79,24 @@ def _open_folder(src: str, path: Path) -> Source:
     files = sorted((p.relative_to(path).as_posix(), p) for p in found)
     if not files:
         raise fail(f"no .txt or .txt.gz files under {src}", "pass a folder with one book per .txt file, or a file")
+    return files
+
+
+def read_book(path: Path) -> tuple[bytes, str]:
+    """A book file's bytes as stored and its text (gzip undone, UTF-8 checked), or one line saying why not."""
+    try:
+        raw = path.read_bytes()
+        data = gzip.decompress(raw) if path.name.lower().endswith(".gz") else raw
+    except (OSError, EOFError, zlib.error) as e:
+        raise fail(f"cannot read {path} ({e})", "check the file") from None
+    try:
+        return raw, data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise fail(f"{path} is not valid UTF-8 (byte {e.start})", "convert it to UTF-8") from None
+
+
+def _open_folder(src: str, path: Path) -> Source:
+    files = folder_books(src, path)
     name = Path(os.path.abspath(path)).name
     return Source(src, "folder", name, len(files), files=[(f"{name}/{rel}", p) for rel, p in files], root=path)
 

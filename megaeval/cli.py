@@ -24,7 +24,7 @@ from .cli_options import (
     unescape,
     user_errors,
 )
-from .console import echo, error_line, interrupt_on_sigterm
+from .console import echo, error_line, interrupt_on_sigterm, interrupted_line
 from .scoring.sweep_plan import DEFAULT_LENGTHS
 
 app = typer.Typer(
@@ -298,6 +298,10 @@ def needle(
     haystack: Annotated[
         str | None, typer.Option(help="Folder of .txt books for RULER's essay haystack; default: six Austen novels.")
     ] = None,
+    include_path: Annotated[
+        list[str] | None,
+        typer.Option(help="Folder of your own task files (NAME.yaml, checked like the shipped ones); repeatable."),
+    ] = None,
     chat_template: Annotated[
         bool, typer.Option(help="hf models: the prompt as one user turn of the model's chat template.")
     ] = False,
@@ -325,9 +329,9 @@ def needle(
     settings = NeedleSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, lengths=lengths, depths=depths,
         samples_per_cell=samples_per_cell, seed=seed, max_new_tokens=max_new_tokens, haystack=haystack,
-        chat_template=chat_template, schedule=schedule, batch_size=batch_size, bos=bos, device=device, dtype=dtype,
-        kernels=kernels, chunk_parallel=chunk_parallel, dist_timeout=dist_timeout, out=out, samples=samples,
-        resume=resume,
+        include_path=include_path or [], chat_template=chat_template, schedule=schedule, batch_size=batch_size,
+        bos=bos, device=device, dtype=dtype, kernels=kernels, chunk_parallel=chunk_parallel,
+        dist_timeout=dist_timeout, out=out, samples=samples, resume=resume,
     )  # fmt: skip
     report = run_needle(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)
@@ -387,7 +391,7 @@ def main() -> None:
         error_line(f"{' '.join(e.format_message().split()).rstrip('.')}; see `{where} --help`")
         code = 2
     except typer.Abort:
-        print("interrupted", file=sys.stderr)
+        interrupted_line()
         code = 130
     exit_process(code if isinstance(code, int) else 0)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from .console import error_line
+from .console import error_line, interrupted_line
 from .errors import MegaevalError
 
 ModelArg = Annotated[
@@ -72,8 +72,8 @@ def user_errors(fn):
         except MegaevalError as e:
             error_line(str(e))
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
+        except KeyboardInterrupt as e:  # a run's journal puts what --resume will do in its message
+            interrupted_line(str(e) if str(e).startswith("interrupted") else "interrupted")
             raise typer.Exit(130) from None
 
     return wrapper

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import sys
 
@@ -22,13 +23,30 @@ def echo(text: str = "", end: str = "\n") -> None:
 
 
 def error_line(message: str) -> None:
-    """`error: MESSAGE` on stderr as one line in one write (ranks sharing a terminal never glue lines), prefixed
-    `rank N:` under a multi-rank launch unless the message already names its rank."""
-    message = " ".join(str(message).split())
+    """`error: MESSAGE` on stderr as one line in one write (ranks sharing a terminal never glue lines). Under a
+    multi-rank launch each rank names itself first; a rank stopped by another's failure names that one too
+    (`rank 0: stopped by rank 1: ...`)."""
+    _line_to_stderr(f"error: {_own_rank(' '.join(str(message).split()))}\n")
+
+
+def interrupted_line(message: str = "interrupted") -> None:
+    """The line an interrupted command ends with (after Ctrl-C or SIGTERM), naming this rank under a launch."""
+    _line_to_stderr(f"{_own_rank(' '.join(message.split()))}\n")
+
+
+def _own_rank(message: str) -> str:
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is not None and world not in (None, "1") and not message.startswith("rank "):
-        message = f"rank {rank}: {message}"
-    line = f"error: {message}\n"
+    if rank is None or world in (None, "1"):
+        return message
+    named = re.match(r"rank (\d+): ", message)  # a failure every rank shares names the rank it happened on
+    if named is None:
+        return f"rank {rank}: {message}"
+    if named.group(1) == rank:
+        return message
+    return f"rank {rank}: stopped by rank {named.group(1)}: {message[named.end() :]}"
+
+
+def _line_to_stderr(line: str) -> None:
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # a captured stderr (tests, notebooks) has no descriptor

@@ -1,13 +1,69 @@
-"""SentencePiece tokenizer with the official MEGALODON special-token rules."""
+"""SentencePiece tokenizer with the official MEGALODON special-token rules, and the checks every model's tokenizer
+passes when it is loaded (whatever its family)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .errors import fail
 from .files import file_sha256
+
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog."
+MIN_VOCAB = 16  # a text model's tokenizer has hundreds of entries; what transformers builds from no files has 2
+# The files a transformers tokenizer is read from; a folder with none of them holds no tokenizer (custom ones,
+# tiktoken's say, come with a tokenizer_config.json naming their class)
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+    "sentencepiece.bpe.model", "tekken.json",
+)  # fmt: skip
+
+
+def check_tokenizer_files(folder: Path, fix: str) -> None:
+    """Refuse a folder that holds none of the files a transformers tokenizer is read from: transformers would
+    build an empty tokenizer from the model's config.json alone, without a word."""
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        expected = ", ".join(name for name in TOKENIZER_FILES if name != "tokenizer_config.json")
+        raise fail(f"{folder} holds no tokenizer files (expected one of {expected})", fix)
+
+
+def check_tokenizer(tok: Any, fix: str) -> None:
+    """Refuse a tokenizer that cannot be a text model's: a vocabulary of a few entries, or ordinary text encoded to
+    no tokens at all (a tokenizer built without its vocabulary). One call per load, on a short sentence."""
+
+    def where() -> str:
+        return f"the tokenizer at {tok.describe().get('path')}"
+
+    if tok.vocab_size < MIN_VOCAB:
+        raise fail(f"{where()} has only {tok.vocab_size} entries, too few for a text model's vocabulary", fix)
+    try:
+        ids = tok.encode(PROBE_TEXT)
+    except Exception as e:  # a broken tokenizer raises anything
+        reason = " ".join(str(e).split())[:100] or type(e).__name__
+        raise fail(f"{where()} cannot encode text ({reason})", fix) from None
+    if len(ids) == 0:
+        raise fail(f"{where()} encodes ordinary text ({PROBE_TEXT!r}) to no tokens", fix)
+
+
+def tokenizer_option(value: str | Path, family: str, folder: bool) -> Path:
+    """The path a `tokenizer=` model option names, checked: not empty, there, and a folder of transformers
+    tokenizer files (`folder`) or a sentencepiece .model file, as the family takes it."""
+    text = str(value).strip()
+    kind = "a folder of transformers tokenizer files" if folder else "a sentencepiece .model file"
+    if not text:
+        raise fail("option tokenizer= is empty", f"write tokenizer=PATH ({kind}) or leave the option out")
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise fail(f"tokenizer not found at {path}", f"pass --model-args tokenizer=PATH ({kind})")
+    if folder and not path.is_dir():
+        raise fail(f"tokenizer={path} is a file, but {family} models take {kind}", f"pass tokenizer={path.parent}")
+    if not folder and path.is_dir():
+        inside = path / "tokenizer.model"
+        fix = f"pass tokenizer={inside}" if inside.is_file() else "pass tokenizer=PATH of the .model file"
+        raise fail(f"tokenizer={path} is a folder, but {family} models take {kind}", fix)
+    return path
 
 
 class SentencePieceTokenizer:
@@ -23,6 +79,9 @@ class SentencePieceTokenizer:
         import sentencepiece as spm
 
         self.path = Path(path)
+        if self.path.is_dir():
+            raise fail(f"tokenizer {self.path} is a folder, not a sentencepiece .model file",
+                       "pass the path of the .model file itself")  # fmt: skip
         if not self.path.is_file():
             raise fail(f"tokenizer file not found: {self.path}", "pass tokenizer=PATH to point at the .model file")
         try:

@@ -80,6 +80,15 @@ def test_tokenizer_resolution_and_override(make_checkpoint, sp_model, tmp_path):
     assert load_model(f"megalodon:{path}", tokenizer=str(other)).tokenizer.path == other
 
 
+def test_the_tokenizer_option_names_a_sentencepiece_file(make_checkpoint):
+    path = make_checkpoint()
+    with pytest.raises(MegaevalError, match="^option tokenizer= of megalodon models is empty; write tokenizer="):
+        load_model(str(path), tokenizer="")
+    with pytest.raises(MegaevalError, match=f"tokenizer={path} is a folder, but MEGALODON models take a sentencepiece "
+                       f".model file; pass tokenizer={path / 'tokenizer.model'}$"):  # fmt: skip
+        load_model(str(path), tokenizer=str(path))
+
+
 def test_additional_vocabulary_allocates_specials_like_the_official_tokenizer(sp_model):
     tok = SentencePieceTokenizer(sp_model, additional_vocab_size=256)
     assert tok.vocab_size == VOCAB + 256
@@ -125,6 +134,12 @@ def break_missing_key(path):
     torch.save(state, path / "consolidated.pth")
 
 
+def break_int8_weight(path):
+    state = torch.load(path / "consolidated.pth", weights_only=True)
+    state["layers.0.mega.wv.weight"] = (state["layers.0.mega.wv.weight"] * 100).to(torch.int8)
+    torch.save(state, path / "consolidated.pth")
+
+
 def break_vocab(path):
     cfg = json.loads((path / "config.json").read_text())
     cfg["model"]["vocab_size"] = VOCAB + 1
@@ -150,6 +165,10 @@ BAD = {
     "missing_shard": (break_missing_shard, r"missing weights file .*consolidated\.00\.pth"),
     "corrupt_pth": (break_corrupt_pth, r"cannot read .*consolidated\.pth: corrupt"),
     "wrong_shape": (break_wrong_shape, r"shape mismatch .*layers\.1\.mega\.wz\.weight \[3, 16\] vs \[8, 16\]"),
+    "int8_weight": (
+        break_int8_weight,
+        r"tensor layers\.0\.mega\.wv\.weight in .*consolidated\.pth is int8, .*quantized checkpoints are not supported",
+    ),
     "missing_key": (
         break_missing_key,
         r"missing keys layers\.0\.mega\.cema\.theta; unexpected keys layers\.0\.mega\.extra",
@@ -173,6 +192,16 @@ def test_bad_checkpoints_raise_one_clear_error(make_checkpoint, case):
     with pytest.raises(MegaevalError, match=message) as info:
         load_model(str(path))
     assert "\n" not in str(info.value)
+
+
+def test_an_integer_weight_in_one_model_parallel_shard_is_refused_before_merging(make_checkpoint):
+    """Concatenating shards would promote a uint8 part to float without a word; the shard is named instead."""
+    path = make_checkpoint(small_args(num_heads=4, z_dim=16, norm_num_groups=4), shards=2)
+    state = torch.load(path / "consolidated.01.pth", weights_only=True)
+    state["embed.weight"] = state["embed.weight"].to(torch.uint8)
+    torch.save(state, path / "consolidated.01.pth")
+    with pytest.raises(MegaevalError, match=r"tensor embed\.weight in .*consolidated\.01\.pth is uint8"):
+        load_model(str(path))
 
 
 class Payload:

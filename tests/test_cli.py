@@ -121,3 +121,27 @@ def test_real_process_refuses_a_malicious_pickle(make_checkpoint, tmp_path):
     proc = run_cli("info", str(path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "refusing to load" in proc.stderr and not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "rank, message, line",
+    [
+        (None, "rank 1: bad token id", "error: rank 1: bad token id"),  # one process: the message as it is
+        ("1", "bad token id", "error: rank 1: bad token id"),
+        ("1", "rank 1: bad token id", "error: rank 1: bad token id"),
+        ("0", "rank 1: bad token id", "error: rank 0: stopped by rank 1: bad token id"),
+        ("2", "rank 0: lost contact with rank 3", "error: rank 2: stopped by rank 0: lost contact with rank 3"),
+    ],
+)
+def test_each_rank_names_itself_in_its_error_line(monkeypatch, capsys, rank, message, line):
+    from megaeval.console import error_line, interrupted_line
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    if rank is not None:
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("WORLD_SIZE", "4")
+    error_line(message)
+    interrupted_line()
+    interrupted = "interrupted" if rank is None else f"rank {rank}: interrupted"
+    assert capsys.readouterr().err.splitlines() == [line, interrupted]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from megaeval.models import load_tokenizer, parse_model_args
 from megaeval.scoring.windows import score_windows, windows
 from megaeval_testing import AUSTEN, write_stream
 from megaeval_testing.hf_ranks import save_tiny_llama
+from megaeval_testing.shards import shard_names, write_shards
 
 transformers = pytest.importorskip("transformers")
 
@@ -160,6 +164,34 @@ def test_info_json_is_pure_json_and_loading_is_silent(llama_dir, tmp_path):
     assert facts["family"] == "hf" and facts["max_context"] == MAX_CONTEXT
 
 
+@pytest.mark.parametrize("verbosity", [None, pytest.param("warning", marks=pytest.mark.slow)])
+def test_a_gguf_model_loads_and_runs_silently_unless_transformers_verbosity_asks(tmp_path, verbosity):
+    """transformers' GGUF conversion bar (its own tqdm), and the deprecation notices a forward logs and warns, stay
+    off stderr; TRANSFORMERS_VERBOSITY (transformers' own switch) shows them."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("gguf")
+    from megaeval_testing.gguf_files import write_tiny_llama
+
+    write_tiny_llama(tmp_path / "tiny.gguf")
+    script = ("import torch; from megaeval import load_model\n"
+              f"lm = load_model('hf:{tmp_path}', gguf_file='tiny.gguf')\n"
+              "lm.forward(torch.tensor([[1, 2, 3]]), lm.init_state(1)); print('ran')")  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")}
+    env.pop("PYTHONWARNINGS", None)
+    env.pop("TRANSFORMERS_VERBOSITY", None)
+    if verbosity is not None:
+        env["TRANSFORMERS_VERBOSITY"] = verbosity
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+    assert result.returncode == 0 and result.stdout == "ran\n", result.stderr
+    if verbosity is None:
+        assert result.stderr == ""
+    else:
+        assert "Converting and de-quantizing GGUF tensors" in result.stderr and "deprecated" in result.stderr
+
+
 def write_stream_hf(out: Path, texts: list[str], tok, model_dir: Path) -> None:
     """A stream tokenized by the HF tokenizer, via the same writer as the sentencepiece fixture."""
     from megaeval.models.hf import HFTokenizer
@@ -220,3 +252,61 @@ def test_missing_weights_are_refused_not_initialised_at_random(llama_dir, tmp_pa
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(MegaevalError, match=r"the weights lack model\.layers\.1\.mlp\.down_proj\.weight"):
         load_model(f"hf:{broken}")
+
+
+def test_no_tokenizer_files_or_broken_sizes_in_config_json_are_one_line(llama_dir, tmp_path):
+    """Without tokenizer files transformers builds an empty tokenizer (or blames its backend); with 0 layers it runs
+    the embedding alone, with a rope_theta of 0 it gives NaN: each is refused naming the folder, or the field."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in llama_dir.iterdir():
+        if f.is_file() and not f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, bare / f.name)
+    with pytest.raises(MegaevalError, match=rf"^{re.escape(str(bare))} holds no tokenizer files \(expected one of "
+                       r".*; copy the tokenizer files the model was trained with beside its config.json$"):  # fmt: skip
+        load_tokenizer(bare)
+    config = json.loads((llama_dir / "config.json").read_text())
+    rope = config["rope_parameters"]
+    for i, (change, message) in enumerate([
+        ({"num_hidden_layers": 0}, ": num_hidden_layers must be a positive integer, got 0$"),
+        ({"rope_parameters": {**rope, "rope_theta": 0}}, ": rope_parameters.rope_theta must be a positive number"),
+        ({"rope_parameters": {**rope, "rope_theta": None}}, ": rope_parameters.rope_theta must be a positive number"),
+        ({"initializer_range": "x"}, " fails transformers' check: .*'initializer_range'.*; correct that field"),
+    ]):  # fmt: skip
+        broken = shutil.copytree(llama_dir, tmp_path / f"broken{i}")
+        (broken / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(MegaevalError, match=f"^{re.escape(str(broken / 'config.json'))}{message}") as err:
+            load_model(broken)
+        assert "\n" not in str(err.value)
+
+
+def test_sharded_weights_load_and_ambiguous_or_quantized_weights_are_refused(llama_dir, tmp_path):
+    """What transformers loads without a word: a stray copy of a tensor in another shard (it wins), two names that
+    load as one parameter, int8 weights cast to floats. Each is one line naming the tensor and the files."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(llama_dir / "model.safetensors")
+    good = shutil.copytree(llama_dir, tmp_path / "shards")
+    write_shards(good, state)
+    loaded = load_model(f"hf:{good}").model.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+
+    def refused(name: str, pattern: str, weights: dict | None = None, **shards) -> None:
+        out = shutil.copytree(llama_dir, tmp_path / name)
+        if weights is not None:
+            save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+        else:
+            write_shards(out, state, **shards)
+        with pytest.raises(MegaevalError, match=pattern) as err:
+            load_model(f"hf:{out}")
+        assert "\n" not in str(err.value)
+
+    key = min(state)  # write_shards puts it in the first shard
+    first, second = shard_names(2)
+    refused("twice", rf"tensor {key} is stored twice, in .*/{first} and in .*/{second}",
+            extra={1: {key: torch.zeros(3)}})  # fmt: skip
+    refused("prefix", r"model\.safetensors holds both model\.norm\.weight and norm\.weight, which both load as "
+            r"model\.norm\.weight", {**state, "norm.weight": torch.zeros(16)})  # fmt: skip
+    down = "model.layers.0.mlp.down_proj.weight"
+    refused("int8", rf"tensor {down} in .*model\.safetensors is int8, .*config\.json names no quantization_config\); "
+            "quantized checkpoints are not supported", {**state, down: (state[down] * 100).to(torch.int8)})  # fmt: skip

@@ -26,6 +26,7 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -38,6 +39,7 @@ import torch
 from megaeval.models.megalodon import save_checkpoint
 from megaeval_testing import hostile as H
 from megaeval_testing import random_model, small_args, write_stream
+from megaeval_testing.shards import write_shards
 
 AUSTEN, EMBEDDED_TOKENIZER, SAMPLES, Megaeval = H.AUSTEN, H.EMBEDDED_TOKENIZER, H.SAMPLES, H.Megaeval
 build_hf_llama, malicious_payload, read_jsonl, short_qmsum_rows = (
@@ -350,6 +352,20 @@ def hf_config(**fields):
     return lambda c: edit_json(c.copy("llama") / "config.json", lambda d: d.update(fields))
 
 
+def hf_tensor_in_two_shards(c: Ctx) -> None:
+    """The tiny Llama in two shards, the second also holding a stray copy of a tensor of the first."""
+    from safetensors.torch import load_file
+
+    folder = c.copy("llama")
+    state = load_file(folder / "model.safetensors")
+    key = min(state)  # write_shards puts it in the first shard
+    write_shards(folder, state, extra={1: {key: torch.zeros(2)}})
+
+
+GGUF_HUGE_ARRAY = (b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 5) + b"a.arr"
+                   + struct.pack("<IIQ", 9, 0, 2**40) + b"xx")  # fmt: skip
+
+
 def shards_disagree(c: Ctx) -> None:
     path = c.copy("ckpt2") / "consolidated.01.pth"
     state = torch.load(path, weights_only=True)
@@ -645,6 +661,12 @@ CASES = [
     Case("info/hf-hybrid-is-refused", "info hf:{llama}", r"is a jamba model: megaeval does not stream",
          hf_config(model_type="jamba")),
     Case("info/hf-truncated-gguf", "info hf:{cut_gguf}", r"m\.gguf is not a readable GGUF file"),
+    Case("info/hf-gguf-array-claims-2-40-items", "info hf:{work}/huge.gguf",
+         r"huge\.gguf is not a readable GGUF file: a\.arr claims 1,099,511,627,776 items",
+         make_file("huge.gguf", GGUF_HUGE_ARRAY)),
+    Case("info/hf-tensor-in-two-shards", "info hf:{llama}",
+         r"is stored twice, in .*model-00001-of-00002\.safetensors and in .*model-00002-of-00002\.safetensors",
+         hf_tensor_in_two_shards),
     Case("info/hf-masked-lm-is-not-causal", "info hf:{bert}", r"bert.*not a causal language model"),
     Case("ppl/model-spec-empty", PPL + " --model ''", r"empty model spec"),
     Case("academic/model-spec-empty", ACAD + " --model ' '", r"empty model spec"),
@@ -759,6 +781,7 @@ CASES = [
          symlink("full.json", "/dev/full")),
     Case("ppl/dist-timeout-nan", PPL + " --dist-timeout nan", r"--dist-timeout must be a positive number.*nan"),
     Case("ppl/dist-timeout-inf", PPL + " --dist-timeout inf", r"--dist-timeout must be a positive number.*inf"),
+    Case("ppl/dist-timeout-past-the-clocks", PPL + " --dist-timeout 1e300", r"--dist-timeout .*at most 1e\+09"),
     Case("ppl/out-in-unwritable-folder", PPL + " --out {work}/locked/report.json", r"locked", unwritable_dir),
     # ---- scrolls: data rows, predictions, outputs over inputs, flags, resume journal
     Case("scrolls/data-empty-file", SMODEL, r"validation\.jsonl|empty", scrolls_raw(b"")),
@@ -797,6 +820,10 @@ CASES = [
     Case("scrolls/stop-bad-escape", SMODEL + r" --stop '\x'", r"stop"),
     Case("scrolls/limit-zero", SMODEL + " --limit 0", r"limit"),
     Case("scrolls/max-new-tokens-zero", SMODEL + " --max-new-tokens 0", r"max.new.tokens"),
+    Case("scrolls/max-new-tokens-negative-names-only-it", SMODEL + " --max-new-tokens -1",
+         r"^error: --max-new-tokens must be at least 1, got -1(?!.*shots)"),
+    Case("scrolls/predictions-dist-timeout-nan", SPRED + " --dist-timeout nan",
+         r"--dist-timeout must be a positive number.*nan"),
     Case("scrolls/template-without-context", SMODEL + " --template 'Q: {{QUESTION}} A:'", r"template"),
     Case("scrolls/truncation-unknown", SMODEL + " --truncation sideways", r"truncation"),
     Case("scrolls/journal-record-without-id", SMODEL + " --resume", r"partial",
@@ -845,6 +872,7 @@ CASES = [
     Case("academic/empty-split", ACAD, r"empty|test\.jsonl", academic_raw("arc_easy", "test", b"")),
     Case("academic/shots-negative", ACAD + " --shots -1", r"shots"),
     Case("academic/limit-zero", ACAD + " --limit 0", r"limit"),
+    Case("academic/dist-timeout-nan", ACAD + " --dist-timeout nan", r"--dist-timeout must be a positive number.*nan"),
     Case("academic/journal-record-without-id", ACAD + " --resume", r"partial",
          journal("academic", {"task": "arc_easy", "acc": 1.0})),
     Case("academic/out-is-a-directory", ACAD + " --out {work}/out", r"directory"),
@@ -894,10 +922,25 @@ CASES = [
     Case("needle/samples-per-cell-zero", NEEDLE + " --samples-per-cell 0", r"--samples-per-cell"),
     Case("needle/unknown-task", NEEDLE.replace("niah_single_2", "niah_single_9"), r"niah_single_9"),
     Case("needle/haystack-folder-missing", NEEDLE + " --haystack {work}/nobooks", r"--haystack .*nobooks"),
-    Case("needle/haystack-without-books", NEEDLE + " --haystack {work}", r"holds no \.txt books"),
-    Case("needle/haystack-latin1-book", NEEDLE + " --haystack {work}/books", r"not UTF-8",
+    Case("needle/haystack-without-books", NEEDLE + " --haystack {work}", r"no \.txt or \.txt\.gz files under"),
+    Case("needle/haystack-latin1-book", NEEDLE + " --haystack {work}/books", r"a\.txt is not valid UTF-8",
          lambda c: (c.work / "books").mkdir() or (c.work / "books" / "a.txt").write_bytes(LATIN1 * 50)),
     Case("needle/batch-size-zero", NEEDLE + " --batch-size 0", r"--batch-size '0'"),
+    Case("needle/haystack-for-passkey", NEEDLE.replace("niah_single_2", "passkey") + " --haystack {work}/nobooks",
+         r"--haystack: none of the tasks passkey reads .*drop --haystack"),
+    Case("needle/haystack-dangling-link", NEEDLE + " --haystack {work}/books", r"gone\.txt is a broken symbolic link",
+         setups(books({"a.txt": b"A book. " * 200}), lambda c: (c.work / "books" / "gone.txt").symlink_to("nowhere"))),
+    Case("needle/haystack-without-sentence-ends", NEEDLE.replace("0,100", "0,50,100") + " --haystack {work}/books",
+         r"too few sentences .*depths 0% and 50%", books({"a.txt": "一二三四五六七八九十 ".encode() * 400})),
+    Case("needle/length-in-giga", NEEDLE.replace("512", "1G"), r"bad length '1G'"),
+    Case("needle/length-past-16M", NEEDLE.replace("512", "32M"), r"--lengths 32M.*up to 16M"),
+    Case("needle/task-file-without-key", NEEDLE.replace("niah_single_2", "mine") + " --include-path {work}/tasks",
+         r"mine\.yaml: `needle` lacks the placeholder \{key\}",
+         make_file("tasks/mine.yaml", "include: _ruler_niah.yaml\nhaystack: noise\ntype_needle_k: words\n"
+                   "type_needle_v: numbers\nneedle: 'One of the magic numbers is: {value}.'\n")),
+    Case("needle/task-file-not-yaml", NEEDLE.replace("niah_single_2", "mine") + " --include-path {work}/tasks",
+         r"mine\.yaml is not valid YAML at line \d", make_file("tasks/mine.yaml", "kind: passkey\nfiller: [oops\n")),
+    Case("needle/dist-timeout-nan", NEEDLE + " --dist-timeout nan", r"--dist-timeout must be a positive number.*nan"),
     Case("academic/batch-size-not-a-number", ACAD + " --batch-size many", r"--batch-size 'many'"),
     Case("needle/length-past-max-context", NEEDLE.replace("{ckpt}", "embedded:transformer-tiny").replace("512", "1K"),
          r"max_context 512.*--lengths"),

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shlex
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -280,3 +282,25 @@ def test_kill_before_any_progress_then_resume(world: World, tmp_path: Path):
     proc.wait()
     got = world.run_to_end(job, tmp_path, resume=True)  # --resume with nothing (or little) to resume
     assert_same_run(got, ref)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_an_interrupt_after_some_units_says_what_resume_will_do(world: World, sig: str, tmp_path: Path):
+    """SIGTERM or Ctrl-C once units have finished: exit code 130 and one line with how far the run got and what
+    --resume does; resumed, the run gives the uninterrupted result."""
+    job = FAST["ppl-sweep"]
+    ref = world.reference(job, "fast")
+    out = tmp_path / "report.json"
+    proc = world.cli.start(world.argv(job, tmp_path), tmp_path)
+    assert H.wait_for(lambda: progress(out) >= 1, proc, timeout=240, interval=0.001), "no unit ever finished"
+    os.kill(proc.pid, getattr(signal, sig))
+    result = proc.wait()
+    journal = out.with_name(out.name + ".partial.jsonl")
+    line = (rf"interrupted after (\d+) of (\d+) units; run the same command with --resume to continue with the (\d+) "
+            rf"left \(the finished ones are kept in {re.escape(str(journal))}\)")  # fmt: skip
+    said = re.fullmatch(line, result.stderr.strip())
+    assert result.returncode == 130 and said, result.describe()
+    done, total, left = map(int, said.groups())
+    assert done >= 1 and done + left == total and done <= progress(out) <= done + 1  # (a line cut mid-write)
+    assert not out.exists()
+    assert_same_run(world.run_to_end(job, tmp_path, resume=True), ref)

@@ -21,11 +21,11 @@ from megaeval.tasks.needle_prompts import (
     build_prompts,
     draw_needles,
     haystack_words,
-    load_needle_task,
     render,
     ruler_question,
     sample_rng,
 )
+from megaeval.tasks.needle_spec import load_needle_task
 from megaeval.tasks.specs import list_tasks
 from megaeval_testing.oracle import save_oracle
 
@@ -46,7 +46,7 @@ def test_the_suite_is_passkey_and_rulers_eight_niah_tasks():
 def test_passkey_prompt_word_for_word():
     spec = load_needle_task("passkey")
     needles = Needles(["The pass key is 31337. Remember it. 31337 is the pass key."], [], "", ["31337"], 0)
-    text, at = render(spec, needles, 7, 50)  # 7 filler sentences: 3 before the needle, 4 after it
+    text, at, _ = render(spec, needles, 7, 50)  # 7 filler sentences: 3 before the needle, 4 after it
     expected = (
         "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
         "I will quiz you about the important information there.\n"
@@ -69,7 +69,7 @@ def test_ruler_single_value_prompt_word_for_word():
     spec = load_needle_task("niah_single_1")
     needle = "One of the special magic numbers for calm-river is: 1234567."
     needles = Needles([needle], [], "calm-river", ["1234567"], 0)
-    text, at = render(spec, needles, 2, 50)
+    text, at, _ = render(spec, needles, 2, 50)
     _, prefix = ruler_question(spec, needles)
     assert text + prefix == (
         "A special magic number is hidden within the following text. Make sure to memorize it. "
@@ -87,7 +87,7 @@ def test_ruler_multi_value_prompt_keeps_the_plural_template():
                        "One of the special magic numbers for c-d is: 2222222."], [100], "a-b, and c-d",
                       ["1111111", "2222222"], 0)  # fmt: skip
     words = tuple("First one here. Second one there. Third one everywhere.".split())
-    text, at = render(spec, needles, len(words), 0, words)
+    text, at, _ = render(spec, needles, len(words), 0, words)
     _, prefix = ruler_question(spec, needles)
     assert text + prefix == (
         "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
@@ -110,7 +110,7 @@ def test_every_ruler_task_has_rulers_instruction_question_and_answer_prefix(task
     spec = load_needle_task(task)
     needles = draw_needles(spec, sample_rng(7, task, 4096, 0))
     words = haystack_words(spec, None)
-    text, _ = render(spec, needles, 120, 50, words)
+    text, _, _ = render(spec, needles, 120, 50, words)
     _, prefix = ruler_question(spec, needles)
     first, last = text.split("\n")[0], text.split("\n")[-1]
     q = needles.query
@@ -162,7 +162,7 @@ def test_ruler_draws_match_the_task_files(task):
 def test_needle_haystack_is_distractor_needles_one_per_line():
     spec = load_needle_task("niah_multikey_3")
     needles = draw_needles(spec, sample_rng(1, "niah_multikey_3", 4096, 0))
-    text, at = render(spec, needles, 20, 30)
+    text, at, _ = render(spec, needles, 20, 30)
     body = text.split("\n")[1:-1]
     assert len(body) == 21 and all(line.startswith("One of the special magic uuids for ") for line in body)
     assert body.index(needles.needles[0]) == 6  # 20 lines * 30%
@@ -214,7 +214,7 @@ def test_the_needle_sits_within_one_sentence_of_the_asked_depth(task, depth):
     spec = load_needle_task(task)
     needles = draw_needles(spec, sample_rng(5, task, 8192, 0))
     words = haystack_words(spec, None)
-    text, at = render(spec, needles, 400, depth, words)
+    text, at, _ = render(spec, needles, 400, depth, words)
     template_head = text.index("\n") + 1  # the instruction line
     before, after = text[template_head:at], text[at + len(needles.needles[0]) :]
     others = [n for n in needles.needles[1:]]
@@ -270,12 +270,12 @@ def settings(tmp_path, model, **kw) -> NeedleSettings:
 
 
 def test_a_model_given_the_answer_scores_one_everywhere(tmp_path):
-    report = run_needle(settings(tmp_path, save_oracle(tmp_path / "oracle")), progress=False)
+    report = run_needle(settings(tmp_path, save_oracle(tmp_path / "oracle"), lengths="1536,2K"), progress=False)
     results = report["results"]
     assert results["average"] == 1.0
     for task in list_tasks("needle"):
         assert results[task]["accuracy"] == 1.0 and results[task]["n"] == 2 * 3 * 2
-        assert {(c["length"], c["depth"]) for c in results[task]["cells"]} == {(n, d) for n in (1024, 2048)
+        assert {(c["length"], c["depth"]) for c in results[task]["cells"]} == {(n, d) for n in (1536, 2048)
                                                                                for d in (0, 50, 100)}  # fmt: skip
         assert all(c["accuracy"] == 1.0 and c["n"] == 2 for c in results[task]["cells"])
         assert results[task]["tokens_read"] < results[task]["tokens_naive"]  # the haystack read once per sample
@@ -379,10 +379,15 @@ def test_report_prints_a_depth_by_length_table_and_plot_draws_heatmaps(tmp_path)
     assert a is not None
     table = runner.invoke(app, ["report", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", "csv"])
     assert table.exit_code == 0, table.output
-    lines = table.output.strip().splitlines()
-    assert lines[0] == "depth,1K,2K" and lines[1:5] == ["0%,1.00,1.00", "50%,1.00,1.00", "100%,1.00,1.00",
-                                                          "mean,1.00,1.00"]  # fmt: skip
-    assert lines[6:9] == ["0%,0.00,0.00", "50%,1.00,0.00", "100%,1.00,1.00"]  # the forgetful oracle's table
+    lines = table.output.strip().splitlines()  # one csv table: each row names its model and task
+    assert lines[0] == "model,task,depth,1K,2K" and lines[1:5] == [
+        "o1,passkey,0%,1.00,1.00",
+        "o1,passkey,50%,1.00,1.00",
+        "o1,passkey,100%,1.00,1.00",
+        "o1,passkey,mean,1.00,1.00",
+    ]
+    assert lines[5:9] == ["o2,passkey,0%,0.00,0.00", "o2,passkey,50%,1.00,0.00", "o2,passkey,100%,1.00,1.00",
+                          "o2,passkey,mean,0.67,0.33"]  # the forgetful oracle's table  # fmt: skip
     png = tmp_path / "heat.png"
     result = runner.invoke(app, ["plot", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(png)])
     assert result.exit_code == 0, result.output
@@ -409,9 +414,10 @@ def test_the_haystack_search_finds_the_largest_fitting_size_as_a_scan_does():
         assert len(calls) <= 60
 
 
-@pytest.mark.parametrize("model", ["embedded:mamba2-tiny", "embedded:transformer-tiny"])
+@pytest.mark.parametrize("model", [pytest.param("embedded:mamba2-tiny", marks=pytest.mark.slow),
+                                   "embedded:transformer-tiny"])  # fmt: skip
 def test_batch_size_one_and_auto_give_identical_reports(tmp_path, model):
-    common = dict(tasks="passkey,niah_single_3", lengths="256,512", depths="0,30,60,100", samples_per_cell=2,
+    common = dict(tasks="passkey,niah_single_1", lengths="384,512", depths="0,30,60,100", samples_per_cell=2,
                   max_new_tokens=16)  # fmt: skip
     one = run_needle(settings(tmp_path / "one", model, batch_size=1, **common), progress=False)
     auto = run_needle(settings(tmp_path / "auto", model, **common), progress=False)
@@ -419,5 +425,5 @@ def test_batch_size_one_and_auto_give_identical_reports(tmp_path, model):
     strip = lambda r: {t: {k: v for k, v in res.items() if k != "peak_memory_bytes" and k != "cells" and k != "lengths"}  # noqa: E731
                        for t, res in r["results"].items() if isinstance(res, dict)}  # fmt: skip
     assert strip(one) == strip(auto)
-    assert one["settings"]["batch_size_effective"] == {256: 1, 512: 1}
-    assert auto["settings"]["batch_size_effective"] == {256: 8, 512: 8}  # CPU: 8 rows (a KV cache of 512 is small)
+    assert one["settings"]["batch_size_effective"] == {384: 1, 512: 1}
+    assert auto["settings"]["batch_size_effective"] == {384: 8, 512: 8}  # CPU: 8 rows (a KV cache of 512 is small)

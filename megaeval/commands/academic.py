@@ -56,6 +56,7 @@ class AcademicSettings(RunSettings):
     OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "batch_size")  # never changes a number
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.bos = bos_policy(self.bos)
         self.batch_size = parse_batch_size(self.batch_size)
 

@@ -27,14 +27,16 @@ from ..scoring.requests import bos_policy, chat_prompt, resolve_bos
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
 from ..tasks.needle_haystack import book_files, haystack_folder
-from ..tasks.needle_prompts import Encoder, build_prompts, draw_needles, haystack_words, load_needle_task, sample_rng
+from ..tasks.needle_prompts import Encoder, build_prompts, draw_needles, haystack_words, sample_rng
 from ..tasks.needle_results import needle_results
-from ..tasks.specs import parse_tasks
+from ..tasks.needle_spec import load_needle_task
+from ..tasks.specs import list_tasks, parse_tasks, spec_sha256
 
 DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
 DEFAULT_NEEDLE_LENGTHS = "4K,8K,16K,32K,64K,128K"
 SCHEDULES = ("auto", "shared", "naive")
 HEAD = 300  # characters of a prompt's start and end kept in the samples file
+MAX_LENGTH = 16 << 20  # a 16M-token prompt's text, ids and haystack take a few GB of host memory
 
 
 @dataclass(kw_only=True)
@@ -48,6 +50,7 @@ class NeedleSettings(RunSettings):
     seed: int = 42  # RULER's default random_seed
     max_new_tokens: int | None = None  # None: the task's own (passkey 10, RULER 128)
     haystack: str | None = None  # folder of .txt books for RULER's essay haystack; None: the six Austen novels
+    include_path: list[str] = field(default_factory=list)  # folders of the user's own task files
     chat_template: bool = False
     bos: str = "auto"
     schedule: str = "auto"  # auto: shared for state-carrying models, naive for fixed-context ones
@@ -59,11 +62,20 @@ class NeedleSettings(RunSettings):
     OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "batch_size")  # never changes a number
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.bos = bos_policy(self.bos)
         self.batch_size = parse_batch_size(self.batch_size)
         self.lengths = parse_lengths(self.lengths)
+        if self.lengths[-1] > MAX_LENGTH:
+            raise fail(
+                f"--lengths {format_length(self.lengths[-1])}: needle prompts are built whole in memory, "
+                f"up to {format_length(MAX_LENGTH)} tokens",
+                f"use --lengths up to {format_length(MAX_LENGTH)}",
+            )
+        if self.haystack is not None and not str(self.haystack).strip():
+            raise fail("--haystack is empty", "pass a folder of .txt books, or leave --haystack out for the default")
         self.depths = parse_depths(self.depths)
-        self.task_names = parse_tasks(self.tasks, "needle")
+        self.task_names = parse_tasks(self.tasks, "needle", self.include_path)
         if self.samples_per_cell < 1:
             raise fail(f"--samples-per-cell must be at least 1, got {self.samples_per_cell}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
@@ -86,7 +98,12 @@ def parse_depths(text: str | list[int]) -> list[int]:
 
 def run_needle(settings: NeedleSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
     """Run the needle grid for every task; write and return the report (rank 0; None on the other ranks)."""
-    specs = {name: load_needle_task(name) for name in settings.task_names}
+    specs = {name: load_needle_task(name, settings.include_path) for name in settings.task_names}
+    if settings.haystack is not None and not any(_reads_books(s) for s in specs.values()):
+        essays = ", ".join(n for n in list_tasks("needle", settings.include_path)
+                           if _reads_books(load_needle_task(n, settings.include_path)))  # fmt: skip
+        raise fail(f"--haystack: none of the tasks {', '.join(specs)} reads a haystack of books (the essay tasks "
+                   f"{essays} do)", "drop --haystack")  # fmt: skip
     max_new = {name: settings.max_new_tokens or spec["max_new_tokens"] for name, spec in specs.items()}
     words = {name: haystack_words(spec, settings.haystack) for name, spec in specs.items()}
     data = _data(settings, specs)
@@ -194,12 +211,17 @@ def _data(settings: NeedleSettings, specs: dict[str, dict]) -> dict[str, Any]:
     """What the prompts are made of: the haystack books (with checksums) when a task reads them, and the task
     files' sources."""
     data: dict[str, Any] = {"tasks": {name: {"kind": s["kind"], "metric": s["metric"], "haystack": s.get("haystack",
-                            "filler")} for name, s in specs.items()}}  # fmt: skip
-    if any(s["kind"] == "ruler_niah" and s["haystack"] == "essay" for s in specs.values()):
+                            "filler"), "sha256": spec_sha256("needle", name, settings.include_path)}
+                            for name, s in specs.items()}}  # fmt: skip
+    if any(_reads_books(s) for s in specs.values()):
         folder = haystack_folder(settings.haystack)
         books = book_files(folder)
         data["haystack"] = {"path": str(folder), "books": [p.name for p in books], "sha256": files_sha256(books)}
     return data
+
+
+def _reads_books(spec: dict[str, Any]) -> bool:
+    return spec["kind"] == "ruler_niah" and spec["haystack"] == "essay"
 
 
 def needle_summary(report: dict[str, Any]) -> str:

@@ -56,8 +56,8 @@ def task_rows(reports: list[dict[str, Any]], metric: str | None = None) -> tuple
 
 def needle_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
     """Needle reports: for each report and task, accuracy with a row per depth and a column per length, and a last
-    row of each length's mean."""
-    out = []
+    row of each length's mean. As csv, one table whose rows name their report and task (columns: every length)."""
+    grids = []
     for report, label in zip(reports, labels, strict=True):
         for task, res in report["results"].items():
             if task in TASK_SUMMARIES:
@@ -65,12 +65,23 @@ def needle_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "
             lengths = [row["length"] for row in res["lengths"]]
             depths = sorted({c["depth"] for c in res["cells"]})
             grid = {(c["length"], c["depth"]): c["accuracy"] for c in res["cells"]}
-            rows = [[f"{d}%"] + [_accuracy(grid.get((n, d))) for n in lengths] for d in depths]
-            rows.append(["mean"] + [_accuracy(row["accuracy"]) for row in res["lengths"]])
-            title = f"{label}: {task} accuracy by needle depth and length (overall {_accuracy(res['accuracy'])})"
-            table = render_table(["depth"] + [format_length(n) for n in lengths], rows, fmt)
-            out.append(table if fmt == "csv" else f"{title}\n{table}")
+            grid.update({(row["length"], "mean"): row["accuracy"] for row in res["lengths"]})
+            grids.append((label, task, res, lengths, [*depths, "mean"], grid))
+    if fmt == "csv":
+        lengths = sorted({n for *_, grid_lengths, _, _ in grids for n in grid_lengths})
+        rows = [[label, task, _depth(d)] + [_accuracy(grid.get((n, d))) for n in lengths]
+                for label, task, _, _, depths, grid in grids for d in depths]  # fmt: skip
+        return render_table(["model", "task", "depth"] + [format_length(n) for n in lengths], rows, fmt)
+    out = []
+    for label, task, res, lengths, depths, grid in grids:
+        rows = [[_depth(d)] + [_accuracy(grid.get((n, d))) for n in lengths] for d in depths]
+        title = f"{label}: {task} accuracy by needle depth and length (overall {_accuracy(res['accuracy'])})"
+        out.append(f"{title}\n{render_table(['depth'] + [format_length(n) for n in lengths], rows, fmt)}")
     return "".join(out)
+
+
+def _depth(depth: int | str) -> str:
+    return depth if isinstance(depth, str) else f"{depth}%"
 
 
 def _accuracy(value: float | None) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from ..errors import fail
+from ..tokenizers import check_tokenizer
 from .base import State, StreamingLM, Tokenizer
 from .options import check_option_types, parse_model_args
 from .registry import Family, chunk_parallel_lm, families, family_defaults, register, route
@@ -102,6 +103,16 @@ def _check_options(family: Family, options: dict[str, Any]) -> None:
     check_option_types(family.name, family.load, options)
 
 
+def _checked_tokenizer(family: Family, tok: Tokenizer) -> Tokenizer:
+    """`tok`, the tokenizer a family loaded, past the checks every family's tokenizer passes (megaeval.tokenizers)."""
+    if "tokenizer" in family.options:
+        fix = "pass --model-args tokenizer=PATH with the tokenizer the model was trained with"
+    else:
+        fix = "put the tokenizer files the model was trained with beside its weights"
+    check_tokenizer(tok, fix)
+    return tok
+
+
 def load_model(
     spec: str | Path | None = None,
     device: str | torch.device = "cpu",
@@ -112,7 +123,9 @@ def load_model(
     name, path = parse_spec(spec)
     family = families()[name]
     _check_options(family, options)
-    return family.load(path, device=parse_device(device), dtype=parse_dtype(dtype), **options)
+    lm = family.load(path, device=parse_device(device), dtype=parse_dtype(dtype), **options)
+    _checked_tokenizer(family, lm.tokenizer)
+    return lm
 
 
 def model_options(spec: str | Path | None, model_args: dict[str, Any], **flags: Any) -> dict[str, Any]:
@@ -146,7 +159,7 @@ def load_tokenizer(spec: str | Path | None = None, **options: Any) -> Tokenizer:
     name, path = parse_spec(spec)
     family = families()[name]
     _check_options(family, options)
-    return family.load_tokenizer(path, **options)
+    return _checked_tokenizer(family, family.load_tokenizer(path, **options))
 
 
 __all__ = [

@@ -47,6 +47,8 @@ def check_option_types(family: str, load: Callable[..., Any], options: dict[str,
         if kind == "str" and not isinstance(value, str) and value is not None:
             raise fail(f"option {key}={value!r} of {family} models must be text",
                        f"write {key}=NAME (a path such as ./{value} for a file named so)")  # fmt: skip
+        if kind == "str" and isinstance(value, str) and not value.strip():  # `tokenizer=` would mean the cwd
+            raise fail(f"option {key}= of {family} models is empty", f"write {key}=VALUE or leave {key} out")
 
 
 def _parse_value(value: str) -> Any:

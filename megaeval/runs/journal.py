@@ -57,6 +57,7 @@ class Journal:
         self.path = None if path is None else Path(path)
         fingerprint = json.loads(json.dumps(fingerprint))  # as it reads back from disk
         self.records: dict[str, dict[str, Any]] = {}
+        self.units: int | None = None  # how many units the run has in all, once it says (Run.map)
         self._lock: int | None = None
         if self.path is None:
             return
@@ -137,12 +138,14 @@ class Journal:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(_line(unit, record), ensure_ascii=False) + "\n")
                 f.flush()
+                # in the file from here: an interrupt during the (slow) fsync must not leave it uncounted
+                self.records[_unit_key(unit)] = record
                 os.fsync(f.fileno())
         self.records[_unit_key(unit)] = record
 
     def abandon(self, error: BaseException) -> None:
         """The run stops on `error`: a journal with no finished unit goes (a rerun starts afresh, no --resume
-        needed); one with finished units stays, and a bad-input error says so in its one line."""
+        needed); one with finished units stays, and a bad-input error or an interrupt says so in its one line."""
         if self.path is None:
             return
         if not self.records:
@@ -150,7 +153,19 @@ class Journal:
         elif isinstance(error, MegaevalError) and len(error.args) == 1:
             error.args = (f"{error.args[0]} ({len(self.records)} finished units are kept in {self.path}: --resume "
                           "continues after them once this is fixed; delete that file to start over)",)  # fmt: skip
+        elif isinstance(error, KeyboardInterrupt):  # the CLI prints its message as the interrupt line
+            error.args = (self.interrupted(),)
         self.close()
+
+    def interrupted(self) -> str:
+        """The line an interrupted run ends with: how far it got, and what --resume will do."""
+        done = len(self.records)
+        if self.units is None or self.units < done:
+            return (f"interrupted after {done} units; run the same command with --resume to continue after them "
+                    f"(they are kept in {self.path})")  # fmt: skip
+        then = f"continue with the {self.units - done} left" if done < self.units else "write the report from them"
+        return (f"interrupted after {done} of {self.units} units; run the same command with --resume to {then} "
+                f"(the finished ones are kept in {self.path})")  # fmt: skip
 
     def finish(self) -> None:
         """The run is complete: its report holds everything; the journal goes."""

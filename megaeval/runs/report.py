@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import platform
 import subprocess
 from datetime import datetime, timezone
@@ -136,16 +137,45 @@ def _check_tasks(results: dict[str, Any], broken: str, fix: str) -> None:
             raise fail(f"{broken}: results.{task}.{metric} is {value!r:.40}, not a number", fix)
 
 
-def _check_needle(results: dict[str, Any], broken: str, fix: str) -> None:
-    for task, res in results.items():
-        if task in TASK_SUMMARIES:
-            continue
-        for key, fields in (("cells", ("length", "depth", "accuracy")), ("lengths", ("length", "accuracy"))):
-            rows = res.get(key)
-            if not isinstance(rows, list) or not rows or not all(
-                isinstance(r, dict) and all(isinstance(r.get(f), (int, float)) and not isinstance(r.get(f), bool)
-                                            for f in fields) for r in rows):  # fmt: skip
-                raise fail(f"{broken}: results.{task}.{key} is missing or malformed", fix)
+def _check_needle(results: dict[str, Any], path: Path, fix: str) -> None:
+    """A needle report's grids, as `report` and `plot` read them: at least one task; per task its lengths once each,
+    its cells once per (length, depth) and only at those lengths; lengths positive integers, depths 0..100."""
+    tasks = [task for task in results if task not in TASK_SUMMARIES]
+    if not tasks:
+        raise fail(f"{path} is a needle report with no tasks in its results", fix)
+    for task in tasks:
+        res = results[task]
+        if not _number(res.get("accuracy")):
+            raise fail(f"{path}: results.{task}.accuracy is {res.get('accuracy')!r:.40}, not a number", fix)
+        lengths = _needle_rows(res, task, "lengths", ("length",), path, fix)
+        for length, _ in _needle_rows(res, task, "cells", ("length", "depth"), path, fix):
+            if (length,) not in lengths:
+                raise fail(f"{path}: results.{task}.cells has length {length}, which results.{task}.lengths lacks",
+                           fix)  # fmt: skip
+
+
+def _needle_rows(res: dict[str, Any], task: str, key: str, place: tuple[str, ...], path: Path, fix: str) -> set:
+    """The places (length, or length and depth) of a needle task's rows, checked: each once, each with an accuracy."""
+    rows = res.get(key)
+    fields = (*place, "accuracy")
+    listed = isinstance(rows, list) and len(rows) > 0
+    if not listed or not all(isinstance(r, dict) and all(_number(r.get(f)) for f in fields) for r in rows):
+        raise fail(f"{path} is not a complete megaeval report: results.{task}.{key} is missing or malformed", fix)
+    seen: set[tuple] = set()
+    for r in rows:
+        where = tuple(r[f] for f in place)
+        named = ", ".join(f"{f} {r[f]}" for f in place)
+        if where in seen:
+            raise fail(f"{path}: results.{task}.{key} holds {named} twice", fix)
+        if not (isinstance(r["length"], int) and r["length"] > 0) or not 0 <= r.get("depth", 0) <= 100:
+            raise fail(f"{path}: results.{task}.{key} holds {named}: lengths are positive integers, depths 0..100",
+                       fix)  # fmt: skip
+        seen.add(where)
+    return seen
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_results(report: dict[str, Any], path: Path) -> None:
@@ -157,7 +187,7 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
     if report.get("command") != "ppl-sweep":
         _check_tasks(results, broken, fix)
         if report.get("command") == "needle":
-            _check_needle(results, broken, fix)
+            _check_needle(results, path, fix)
         return
     rows = results.get("lengths")
     if not isinstance(rows, list) or not rows:

@@ -12,20 +12,19 @@ drops the journal. Use it as a context manager, so that a failure on any rank st
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..distributed import DistContext, broadcast_object, gather_round, init_distributed, rounds
-from ..errors import MegaevalError, fail
+from ..errors import MegaevalError
 from ..files import check_outputs, check_writable, write_json_atomic, write_jsonl_atomic, written_through
 from ..models import StreamingLM, chunk_parallel_lm, load_model, model_options, parse_spec
 from .journal import Journal
 from .progress import ProgressBar
 from .report import build_report, environment, model_facts
-from .settings import RunSettings
+from .settings import RunSettings, check_dist_timeout
 
 Unit = TypeVar("Unit")
 
@@ -73,6 +72,8 @@ class Run:
         takes a batch per round."""
         keys = [key(u) for u in units]
         journal = self.journal
+        if journal is not None:
+            journal.units = len(keys)
         todo = [i for i, k in enumerate(keys) if k not in journal] if journal is not None else None
         todo = broadcast_object(self.ctx, todo)
         total = sum(weight(u) for u in units)
@@ -158,9 +159,7 @@ def open_run(
     `reads`: the files and folders the run reads besides the model; `fingerprint`: what identifies the
     run's data (checksums), so that a resume with other data is refused.
     """
-    if not (isinstance(settings.dist_timeout, (int, float)) and 0 < settings.dist_timeout < math.inf):
-        raise fail(f"--dist-timeout must be a positive number of seconds, got {settings.dist_timeout}",
-                   "pass, say, --dist-timeout 1800")  # fmt: skip
+    check_dist_timeout(settings.dist_timeout)  # again: a command's settings may skip RunSettings.__post_init__
     ctx = init_distributed(settings.device, settings.chunk_parallel, settings.dist_timeout)
     try:
         out = check_run_outputs(settings, [*reads, parse_spec(settings.model)[1]])

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+from ..errors import fail
+
+# Past about 9e13 s the collectives' millisecond clocks overflow; a billion seconds (31 years) is "never" enough.
+MAX_DIST_TIMEOUT_S = 1e9
+
+
+def check_dist_timeout(seconds: Any) -> float:
+    """--dist-timeout checked: a finite number of seconds, above 0 and at most MAX_DIST_TIMEOUT_S."""
+    number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    if not (number and math.isfinite(seconds) and 0 < seconds <= MAX_DIST_TIMEOUT_S):
+        raise fail(f"--dist-timeout must be a positive number of seconds, at most {MAX_DIST_TIMEOUT_S:g}, "
+                   f"got {seconds!r:.40}", "pass, say, --dist-timeout 1800")  # fmt: skip
+    return float(seconds)
 
 
 @dataclass(kw_only=True)
@@ -26,6 +41,10 @@ class RunSettings:
     # does --norm-stats): they are not settings of the run but options of the family that takes them, merged
     # into --model-args and checked against the model's family (models.model_options).
     FAMILY_FLAGS: ClassVar[tuple[str, ...]] = ("kernels",)
+
+    def __post_init__(self) -> None:
+        """Refuse a bad shared flag before any work (a command's settings call this first from their own)."""
+        self.dist_timeout = check_dist_timeout(self.dist_timeout)
 
     def numeric(self) -> dict[str, Any]:
         """The settings that can change a number: what a resumed run must share with the interrupted one."""

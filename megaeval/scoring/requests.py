@@ -167,4 +167,14 @@ def chat_prompt(lm: StreamingLM, user_text: str) -> str:
     if not getattr(tok, "chat_template", None):
         raise fail(f"--chat-template: the tokenizer of {lm.spec} has no chat template",
                    "drop --chat-template (a base model reads the prompt as it is)")  # fmt: skip
-    return tok.apply_chat_template([{"role": "user", "content": user_text}], tokenize=False, add_generation_prompt=True)
+    try:
+        return tok.apply_chat_template([{"role": "user", "content": user_text}], tokenize=False,
+                                       add_generation_prompt=True)  # fmt: skip
+    except Exception as e:  # jinja2's TemplateError (syntax, undefined names, raise_exception) and ValueError
+        if type(e).__module__.split(".")[0] not in ("jinja2", "transformers") and not isinstance(e, ValueError):
+            raise
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise fail(
+            f"--chat-template: the chat template of {lm.spec} cannot be rendered ({type(e).__name__}: {reason})",
+            "fix the template in its tokenizer_config.json, or drop --chat-template",
+        ) from None

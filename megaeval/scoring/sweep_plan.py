@@ -18,7 +18,7 @@ from ..errors import fail
 
 DEFAULT_LENGTHS = "4K,8K,16K,32K,64K,128K,256K,512K,1M,2M"
 SCHEDULES = ("shared", "naive")
-UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+UNITS = {"K": 1 << 10, "M": 1 << 20}
 
 
 def parse_count(text: str | int, what: str = "length") -> int:

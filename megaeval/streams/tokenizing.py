@@ -5,12 +5,10 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import multiprocessing
 import os
 import signal
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..data_prep.book_sources import Source
+from ..data_prep.book_sources import Source, read_book
 from ..errors import fail
 from ..tokenizers import SentencePieceTokenizer
 from .format import LITTLE_ENDIAN
@@ -111,16 +109,9 @@ def _process_book(task: tuple[str, int, str | None, str | None]) -> Book:
     book_id, source, path, text = task
     file_sha = None
     if path is not None:
-        try:
-            raw = Path(path).read_bytes()
-            data = gzip.decompress(raw) if path.lower().endswith(".gz") else raw
-        except (OSError, EOFError, zlib.error) as e:
-            raise fail(f"cannot read {path} ({e})", "check the file") from None
+        raw, text = read_book(Path(path))
         file_sha = hashlib.sha256(raw).hexdigest()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise fail(f"{path} is not valid UTF-8 (byte {e.start})", "convert it to UTF-8") from None
+        data = text.encode("utf-8")
     else:
         try:
             data = text.encode("utf-8")

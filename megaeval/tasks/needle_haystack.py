@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from random import Random
 
+from ..data_prep.book_sources import folder_books, read_book
 from ..errors import fail
 
 # RULER's depths for the needles it does not ask about: round(linspace(0, 100, 40)), as niah.py computes them.
@@ -54,8 +55,14 @@ def random_value(kind: str, rng: Random) -> str:
 
 
 # A sentence ends at . ! or ? (and any closing quotes or brackets) followed by white space, unless the word before
-# the stop is a common abbreviation ("Mr. Darcy") or the next word starts in lower case.
-_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+")
+# the stop is a common abbreviation ("Mr. Darcy") or the next word starts in lower case; at any other of Unicode's
+# sentence terminals (Chinese and Japanese 。！？, Devanagari । ॥, Arabic ؟ ۔, Ethiopic ።, Armenian ։, ...),
+# white space after it or not; and at every line break (as RULER's noise lines end).
+_TERMINALS = "\u0589\u061f\u06d4\u0700-\u0702\u0964\u0965\u104a\u104b\u1362\u1367\u1368\u166e\u1803\u1809" \
+             "\u203c\u203d\u2047-\u2049\u2e2e\u3002\ua4ff\ua60e\ua60f\ua6f3\ua6f7\ufe52\ufe56\ufe57\uff01" \
+             "\uff0e\uff1f\uff61"  # fmt: skip
+_CLOSING = "\"'\u201d\u2019)\\]\u300d\u300f\uff09\u300b\u3011"
+_END = re.compile(rf"[.!?]+[{_CLOSING}]*[^\S\n]+|[{_TERMINALS}]+[{_CLOSING}]*\s*|\s*\n\s*")
 _ABBREVIATIONS = frozenset(
     "mr mrs ms messrs dr st esq rev col capt gen lt sr jr vs etc no co vol ch fig i.e e.g viz".split()
 )
@@ -66,11 +73,12 @@ def split_sentences(text: str) -> list[str]:
     sentences, start = [], 0
     for m in _END.finditer(text):
         end = m.end()
-        if end < len(text) and text[end].islower():
-            continue
-        word = text[max(start, m.start() - 12) : m.start()].rsplit(None, 1)
-        if text[m.start()] == "." and word and word[-1].lower().lstrip("\"'(\u201c\u2018") in _ABBREVIATIONS:
-            continue
+        if text[m.start()] in ".!?":
+            if end < len(text) and text[end].islower():
+                continue
+            word = text[max(start, m.start() - 12) : m.start()].rsplit(None, 1)
+            if text[m.start()] == "." and word and word[-1].lower().lstrip("\"'(\u201c\u2018") in _ABBREVIATIONS:
+                continue
         piece = text[start:end].strip()
         if piece:
             sentences.append(piece)
@@ -90,24 +98,17 @@ def haystack_folder(haystack: str | None) -> Path:
 
 
 def book_files(folder: Path) -> list[Path]:
-    """The .txt books of a haystack folder, sorted by name; refused when there are none."""
+    """The .txt/.txt.gz books of a haystack folder, at any depth and sorted, as `prep-books` reads a book folder."""
     if not folder.is_dir():
         raise fail(f"--haystack {folder}: no such folder", "pass a folder of .txt books")
-    books = sorted(p for p in folder.iterdir() if p.suffix == ".txt" and p.is_file())
-    if not books:
-        raise fail(f"--haystack {folder} holds no .txt books", "pass a folder of plain-text .txt books")
-    return books
+    return [path for _, path in folder_books(f"--haystack {folder}", folder)]
 
 
 @functools.lru_cache(maxsize=2)
 def book_words(folder: str) -> tuple[str, ...]:
-    """The words of every .txt book in `folder` (sorted by name, joined with a space), white space collapsed as
-    RULER does to its essays: the essay haystack of N words is the first N of these (repeated when N is more)."""
-    books = book_files(Path(folder))
-    try:
-        text = " ".join(p.read_text(encoding="utf-8") for p in books)
-    except UnicodeDecodeError as e:
-        raise fail(f"--haystack {folder}: a book is not UTF-8 text ({e.reason})", "convert it to UTF-8") from None
+    """The words of every book in `folder` (sorted by path, joined with a space), white space collapsed as RULER does
+    to its essays: the essay haystack of N words is the first N of these (repeated when N is more)."""
+    text = " ".join(read_book(p)[1] for p in book_files(Path(folder)))
     words = tuple(w for w in re.sub(r"\s+", " ", text).strip().split(" ") if w)
     if len(words) < 100:
         raise fail(f"--haystack {folder} holds only {len(words)} words", "pass a folder of whole books")

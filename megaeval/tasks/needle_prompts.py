@@ -7,6 +7,7 @@ process. Its depths share one haystack (the same size and text), so prompts of n
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from random import Random
@@ -16,10 +17,9 @@ import numpy as np
 
 from ..errors import fail
 from .needle_haystack import RULER_DEPTHS, book_words, essay_sentences, haystack_folder, random_value, split_sentences
-from .specs import load_spec
 
-KINDS = ("passkey", "ruler_niah")
-HAYSTACKS = ("noise", "essay", "needle")
+# A needle lands at a sentence boundary: this far (in percent of the haystack) from the asked depth it is refused
+DEPTH_TOLERANCE = 25.0
 
 
 @dataclass
@@ -43,17 +43,6 @@ class NeedlePrompt:
     answers: list[str]
     needle_char: int  # where needles[0] starts in `text`
     haystack_units: int  # sentences (passkey), noise lines, distractor needles, or words (essay)
-
-
-def load_needle_task(name: str) -> dict[str, Any]:
-    """A needle task's definition (suites/needle/NAME.yaml), checked."""
-    spec = load_spec("needle", name)
-    if spec.get("kind") not in KINDS:
-        raise fail(f"the needle task file {name}.yaml has kind {spec.get('kind')!r}", f"use one of {', '.join(KINDS)}")
-    if spec["kind"] == "ruler_niah" and spec.get("haystack") not in HAYSTACKS:
-        raise fail(f"the needle task file {name}.yaml has haystack {spec.get('haystack')!r}",
-                   f"use one of {', '.join(HAYSTACKS)}")  # fmt: skip
-    return spec
 
 
 def sample_rng(seed: int, task: str, length: int, sample: int) -> Random:
@@ -98,15 +87,18 @@ def ruler_question(spec: dict[str, Any], needles: Needles) -> tuple[str, str]:
 
 def render(
     spec: dict[str, Any], needles: Needles, units: int, depth: int, words: tuple[str, ...] = ()
-) -> tuple[str, int]:
+) -> tuple[str, int, float]:
     """The task text (without RULER's answer prefix) with a haystack of `units` and needles[0] at `depth` percent of
-    it, at a sentence boundary; and where needles[0] starts in that text."""
+    it, at a sentence boundary; where needles[0] starts in that text; and the depth it landed at (percent of the
+    haystack's sentences before it)."""
     if spec["kind"] == "passkey":
         filler = split_sentences(spec["filler"])
-        before = " ".join(filler[i % len(filler)] for i in range(units * depth // 100))
-        after = " ".join(filler[i % len(filler)] for i in range(units - units * depth // 100))
-        head = f"{spec['instruction']}\n{before}\n"
-        return f"{head}{needles.needles[0]}\n{after}\n{spec['question']}", len(head)
+        cut = units * depth // 100
+        before = [filler[i % len(filler)] for i in range(cut)]
+        after = [filler[i % len(filler)] for i in range(units - cut)]  # the filler starts again after the needle
+        head = f"{spec['instruction']}\n{' '.join(before)}\n"
+        text = f"{head}{needles.needles[0]}\n{' '.join(after)}\n{spec['question']}"
+        return text, len(head), placed_depth(units, cut, depth)
     depths = [depth, *needles.other_depths]
     if spec["haystack"] == "essay":
         sentences = essay_sentences(words, units)
@@ -135,7 +127,14 @@ def render(
     offset = sum(len(p) + len(joiner) for p in parts[:anchor])
     template, _ = ruler_question(spec, needles)
     head = template.split("{context}")[0]
-    return template.replace("{context}", context, 1), len(head) + offset
+    placed = placed_depth(len(sentences), len(sentences) * depth // 100, depth)
+    return template.replace("{context}", context, 1), len(head) + offset, placed
+
+
+def placed_depth(units: int, cut: int, asked: int) -> float:
+    """Where a needle put after `cut` of a haystack's `units` sentences (or lines) sits, in percent of them, as RULER
+    measures depth (`asked` when there is no haystack to place it in)."""
+    return asked if units == 0 else 100 * cut / units
 
 
 def haystack_words(spec: dict[str, Any], haystack: str | None) -> tuple[str, ...]:
@@ -162,26 +161,55 @@ def build_prompts(
     prefix = ruler_question(spec, needles)[1] if spec["kind"] == "ruler_niah" else ""
     middle = depths[len(depths) // 2]
 
-    def size(units: int, depth: int = middle) -> tuple[np.ndarray, str, int]:
-        text, at = render(spec, needles, units, depth, words)
+    def size(units: int, depth: int = middle) -> tuple[np.ndarray, str, int, float]:
+        text, at, placed = render(spec, needles, units, depth, words)
         ids, whole, start = encode(text, prefix)
-        return ids, whole, start + at
+        return ids, whole, start + at, placed
 
-    units = _largest_fitting(lambda n: len(size(n)[0]), budget)
-    if units < 0:
-        bare = len(size(0)[0])
-        raise fail(f"--lengths {length:,}: the {spec['task']} prompt without haystack is already {bare:,} tokens, "
-                   f"and {max_new_tokens:,} new tokens must fit too", "ask for longer --lengths")  # fmt: skip
-    while True:
+    def build(units: int) -> tuple[list[tuple], int]:
         built = [(d, *size(units, d)) for d in depths]
-        over = max(len(ids) for _, ids, _, _ in built) - budget
-        if over <= 0 or units == 0:
-            break
-        units = max(0, units - max(1, over))  # a depth's own tokenization came out a little longer: shrink for all
-    prompts = []
-    for d, ids, text, at in built:
-        prompts.append(NeedlePrompt(d, text, ids, needles.answers, at, units))
-    return prompts
+        return built, max(len(b[1]) for b in built) - budget
+
+    def too_long(tokens: int) -> Exception:
+        return fail(f"--lengths {length:,}: the {spec['task']} prompt without haystack is already {tokens:,} tokens, "
+                    f"and {max_new_tokens:,} new tokens must fit too", "ask for longer --lengths")  # fmt: skip
+
+    high = _largest_fitting(lambda n: len(size(n)[0]), budget)  # what fits at the middle depth
+    if high < 0:
+        raise too_long(len(size(0)[0]))
+    built, over = build(high)
+    units = high
+    if over > 0:  # a depth's own tokenization came out a little longer: the largest haystack that fits at all depths
+        step, low = 1, high
+        while over > 0:
+            if low == 0:
+                raise too_long(budget + over)
+            high, low = low, max(0, low - step)
+            step *= 2
+            built, over = build(low)
+        units = low
+        while high - units > 1:
+            mid = (units + high) // 2
+            tried, over = build(mid)
+            if over <= 0:
+                units, built = mid, tried
+            else:
+                high = mid
+    _check_depths(spec["task"], length, [(d, placed) for d, _, _, _, placed in built])
+    return [NeedlePrompt(d, text, ids, needles.answers, at, units) for d, ids, text, at, _ in built]
+
+
+def _check_depths(task: str, length: int, placed: list[tuple[int, float]]) -> None:
+    """Refuse a haystack too short to put each asked depth at its own place, near where it was asked."""
+    fix = "use longer --lengths, fewer --depths, or a haystack whose sentences end in . ! ? (or their equivalents)"
+    for (d1, p1), (d2, p2) in itertools.pairwise(placed):
+        if d1 != d2 and p1 == p2:
+            raise fail(f"{task} at --lengths {length:,}: the haystack has too few sentences to put the needle at "
+                       f"depths {d1}% and {d2}% in different places (both would sit at {p1:.0f}%)", fix)  # fmt: skip
+    for d, p in placed:
+        if abs(p - d) > DEPTH_TOLERANCE:
+            raise fail(f"{task} at --lengths {length:,}: the needle asked at depth {d}% would sit at {p:.0f}% of "
+                       "the haystack, which has too few sentences to place it", fix)  # fmt: skip
 
 
 def _largest_fitting(tokens: Callable[[int], int], budget: int) -> int:

@@ -34,8 +34,11 @@ def scrolls_task_choices(settings: Any, spec: dict[str, Any]) -> dict[str, Any]:
         "metric": spec["metric"],
     }
     check_template(chosen["template"], "--template" if settings.template else f"the {task} task file's template")
-    if chosen["shots"] < 0 or chosen["max_new_tokens"] < 1:
-        raise fail("--shots must be >= 0 and --max-new-tokens >= 1")
+    for key, least in (("shots", 0), ("max_new_tokens", 1)):  # a flag, or else the task file, gave the value
+        if chosen[key] < least:
+            flag = "--" + key.replace("_", "-")
+            where = flag if getattr(settings, key) is not None else f"the {task} task file's {key}"
+            raise fail(f"{where} must be at least {least}, got {chosen[key]}", f"pass {flag} {least} or more")
     if "" in chosen["stop"]:  # it would match at once (or, dropped, leave answers unstopped): refuse, don't guess
         where = "--stop ''" if settings.stop is not None else f"the {task} task file's stop list holds ''"
         raise fail(f"{where}: an empty stop string cannot mark where an answer ends",

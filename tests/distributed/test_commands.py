@@ -139,10 +139,11 @@ def test_a_failure_on_one_rank_ends_every_rank_promptly_with_one_line(sweep_inpu
         model = broken if rank == 1 else ckpt
         return [*sweep_args(model, stream, tmp_path / "r.json"), "--dist-timeout", "60"]
 
-    for code, err, seconds in launch_ranks(args):
+    for rank, (code, err, seconds) in enumerate(launch_ranks(args)):
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1, err
-        assert lines[0].startswith("error: rank 1: ") and "consolidated.pth" in lines[0]
+        named = "error: rank 1: " if rank == 1 else "error: rank 0: stopped by rank 1: "  # each rank names itself
+        assert lines[0].startswith(named) and "consolidated.pth" in lines[0], lines[0]
         assert seconds < 30  # not the 60 s collective timeout
     assert not (tmp_path / "r.json").exists()
 

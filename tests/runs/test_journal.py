@@ -69,3 +69,24 @@ def test_differences_walks_nested_settings():
         "a.c: 2 then, 3 now; d: None then, 4 now"
     )
     assert json.dumps(differences({"x": 1}, {"x": 1})) == '""'
+
+
+def test_an_interrupt_says_how_far_the_run_got_and_what_resume_will_do(tmp_path):
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path, {}, resume=False)
+    journal.units = 3
+    stop = KeyboardInterrupt()
+    journal.abandon(stop)  # nothing finished: the journal goes, and the interrupt stays a bare one
+    assert not path.exists() and stop.args == ()
+    journal = Journal(path, {}, resume=False)
+    journal.units = 3
+    journal.add(0, {"x": 1})
+    stop = KeyboardInterrupt()
+    journal.abandon(stop)
+    assert str(stop) == (f"interrupted after 1 of 3 units; run the same command with --resume to continue with the 2 "
+                         f"left (the finished ones are kept in {path})")  # fmt: skip
+    journal = Journal(path, {}, resume=True)
+    journal.units = 2
+    journal.add(1, {"x": 2})
+    journal.abandon(stop := KeyboardInterrupt())
+    assert str(stop).startswith("interrupted after 2 of 2 units; run the same command with --resume to write the")

@@ -4,14 +4,29 @@ where its files are, whether it asks to run custom code, and its maximum context
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
 
-from ...errors import fail
+from ...errors import MegaevalError, fail
+from ..fields import ABSENT, field, positive_float, positive_int
 from ..options import as_bool
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
+# Fields that size or scale the forward pass, under the names common architectures give them, checked before
+# transformers reads them (it takes 0 layers, a rope_theta of 0 or a negative size without a word). A null size is
+# left to transformers, which derives some (head_dim, n_inner, num_key_value_heads) and refuses others.
+SIZE_FIELDS = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "n_embd", "n_layer", "n_head", "n_inner", "d_model", "n_heads", "n_layers",
+    "ffn_dim", "ffn_hidden_size", "original_max_position_embeddings", *CONTEXT_KEYS,
+)  # fmt: skip
+SCALE_FIELDS = (
+    "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta", "rotary_emb_base",
+    "rope_parameters.rope_theta", "rope_parameters.factor", "rope_scaling.factor",
+)  # fmt: skip
+FRACTION_FIELDS = ("partial_rotary_factor", "rope_parameters.partial_rotary_factor", "rotary_pct")
 
 
 def is_hf_dir(path: Path) -> bool:
@@ -28,6 +43,7 @@ def is_hf_dir(path: Path) -> bool:
 def locate(path: Path, gguf_file: str | None) -> tuple[Path, str | None]:
     """The model directory and the GGUF file in it (None: a transformers directory), checked to exist."""
     if path.is_file() and path.suffix == ".gguf":
+        _check_gguf(path)  # before transformers' own GGUF reader (config, tokenizer) meets it
         return path.parent, path.name
     if not path.is_dir():
         raise fail(f"model directory not found: {path}", "pass a local transformers model directory")
@@ -56,6 +72,18 @@ def _check_config(config: Path) -> None:
             f"{config} holds a JSON {type(data).__name__}, not an object", "re-save the model with save_pretrained"
         )
     refuse_architecture(config.parent, data.get("model_type"))
+    check_fields(data, str(config))
+
+
+def check_fields(data: dict[str, Any], source: str) -> None:
+    """The sizes and scales a transformers config.json gives: sizes (unless null) positive integers, scales
+    positive numbers, fractions in (0, 1]."""
+    for key in SIZE_FIELDS:
+        if field(data, key, None) is not None:
+            positive_int(data, key, source)
+    for key in (*SCALE_FIELDS, *FRACTION_FIELDS):
+        if field(data, key) is not ABSENT:
+            positive_float(data, key, source, at_most=1.0 if key in FRACTION_FIELDS else math.inf)
 
 
 def refuse_architecture(path: Path, model_type: Any) -> None:
@@ -77,8 +105,10 @@ def _check_gguf(file: Path) -> None:
     if gguf is None:
         raise fail("reading GGUF models needs the gguf package", "pip install 'megaeval[hf]'")
     try:
-        open_gguf(file)
-    except Exception as e:  # struct errors, ValueError, ... for a cut or foreign file
+        open_gguf(file)  # check_gguf's walk first: each count, length and offset named when it does not fit
+    except MegaevalError:
+        raise
+    except Exception as e:  # what gguf's reader raises for a file the walk let through
         raise fail(f"{file} is not a readable GGUF file ({' '.join(str(e).split())[:100]})",
                    "the file is damaged or truncated; copy it again") from None  # fmt: skip
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ from typing import Any
 import torch
 
 from ...errors import fail
-from ...tokenizers import SentencePieceTokenizer
+from ...tokenizers import SentencePieceTokenizer, tokenizer_option
 from ..weights import check_state_dict as check_state_dict_of
-from ..weights import load_tensors, place_tokenizer
+from ..weights import load_tensors, place_tokenizer, refuse_integer_weights
 from .config import ModelArgs
 
 # Model-parallel shards are concatenated along these dims; None means replicated on every shard.
@@ -141,7 +142,7 @@ def _tokenizer_section(config: dict[str, Any], file: Path) -> tuple[dict[str, An
 
 def _resolve_tokenizer(ckpt: Path, override: str | Path | None, configured: str | None) -> Path:
     if override is not None:
-        candidates = [Path(override)]
+        candidates = [tokenizer_option(override, "MEGALODON", folder=False)]
     elif configured:
         p = Path(configured)
         candidates = [p if p.is_absolute() else ckpt / p, ckpt / p.name]  # also accept a copy beside the weights
@@ -163,9 +164,12 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
     return load_tensors(path)
 
 
-def load_state_dict(info: CheckpointInfo) -> dict[str, torch.Tensor]:
-    """Read the weight file(s) and merge model-parallel shards into one state dict."""
+def load_state_dict(info: CheckpointInfo, floats: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """Read the weight file(s) and merge model-parallel shards into one state dict; a tensor stored as an integer
+    where the model holds floats (`floats`) is refused in its shard, before merging could cast it."""
     shards = [_torch_load(p) for p in info.weight_files]
+    for path, shard in zip(info.weight_files, shards, strict=True):
+        refuse_integer_weights(shard, path, floats)
     if len(shards) == 1:
         return shards[0]
     keys = list(shards[0])

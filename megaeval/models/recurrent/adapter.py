@@ -15,6 +15,7 @@ import torch
 from ...errors import fail
 from ...files import human_bytes
 from ...kernels.nll import nll_from_logits
+from ...tokenizers import tokenizer_option
 from ..chunked import ChunkedStreamingLM
 from ..hf.adapter import HFTokenizer
 from ..hf.checkpoint import read_tokenizer, transformers_module
@@ -139,13 +140,12 @@ def load_tokenizer(path: str | Path, *, tokenizer: str | None = None, **_model_o
 
 def _tokenizer(path: Path, layout: str, tokenizer: str | None) -> HFTokenizer:
     transformers_module()
-    where = Path(tokenizer).expanduser() if tokenizer is not None else path
-    if tokenizer is not None and not where.exists():
-        raise fail(f"tokenizer not found at {where}", "pass --model-args tokenizer=DIR (a transformers tokenizer)")
+    where = tokenizer_option(tokenizer, "recurrent", folder=True) if tokenizer is not None else path
     if layout == "mamba_ssm" and tokenizer is None:
         raise fail(f"{path} is a mamba_ssm checkpoint, which ships no tokenizer",
                    "pass --model-args tokenizer=DIR (state-spaces models use gpt-neox-20b's)")  # fmt: skip
-    return HFTokenizer(read_tokenizer(where, None, False), str(where))
+    fix = "pass --model-args tokenizer=DIR, a folder with the tokenizer the model was trained with"
+    return HFTokenizer(read_tokenizer(where, None, False, fix), str(where))
 
 
 def load(path: str | Path, device: torch.device, dtype: torch.dtype, *, tokenizer: str | None = None) -> RecurrentLM:

@@ -16,7 +16,7 @@ import torch
 
 from ...errors import fail
 from ...files import files_sha256
-from ..weights import check_state_dict, load_tensors, pickled_files, read_safetensors
+from ..weights import check_state_dict, index_shards, pickled_files, read_weights, refuse_integer_weights, rename_keys
 from .config import mamba_ssm_keys
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -31,15 +31,7 @@ def weight_files(path: Path) -> list[Path]:
         return [single]
     index = path / INDEX_FILE
     if index.is_file():
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise fail(f"cannot read {index}: {' '.join(str(e).split())[:100]}", "re-save the model") from None
-        missing = [n for n in names if not (path / n).is_file()]
-        if missing:
-            raise fail(f"{path}: shard(s) {', '.join(missing[:3])} named by {INDEX_FILE} are missing",
-                       "copy every shard beside the index")  # fmt: skip
-        return [path / n for n in names]
+        return index_shards(index)
     shards = sorted(path.glob("*.safetensors"))
     if shards:
         return shards
@@ -53,24 +45,32 @@ def weight_files(path: Path) -> list[Path]:
                "copy the weight files beside config.json")  # fmt: skip
 
 
-def read_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
-    """Every tensor of the weight files (CPU); torch files are read with weights_only=True, so no code runs."""
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(read_safetensors(file, "recurrent") if file.suffix == ".safetensors" else load_tensors(file))
-    return state
+def read_tensors(files: list[Path]) -> tuple[dict[str, torch.Tensor], dict[str, Path]]:
+    """Every tensor of the weight files (CPU) and the file each came from, no tensor in two files and shards as
+    their index says; torch files are read with weights_only=True, so no code runs."""
+    index = files[0].parent / INDEX_FILE
+    sharded = index.is_file() and files[0].name != "model.safetensors"  # model.safetensors wins over an index
+    return read_weights(files, "recurrent", index if sharded else None)
+
+
+def _mamba_ssm_name(key: str) -> str:
+    """One mamba_ssm tensor name as transformers names it (config's renaming, applied to that key alone)."""
+    return next(iter(mamba_ssm_keys({key: None})))
 
 
 def load_weights(model: torch.nn.Module, path: Path, layout: str, dtype: torch.dtype, device: torch.device) -> str:
     """Fill `model` (built on the meta device) with the checkpoint's tensors, checked key by key and shape by shape
     in one error; returns the stored dtype ("mixed" when they differ)."""
     files = weight_files(path)
-    state = read_tensors(files)
-    if layout == "mamba_ssm":
-        state = mamba_ssm_keys(state)
-    tied = dict(getattr(model, "TIED_KEYS", {})) if getattr(model.config, "tie_word_embeddings", False) else {}
-    expected = {k: v.shape for k, v in model.state_dict().items()}
+    state, origin = read_tensors(files)
     source = files[0].name if len(files) == 1 else f"the {len(files)} shards in {path}"
+    if layout == "mamba_ssm":
+        origin = {_mamba_ssm_name(k): f for k, f in origin.items()}
+        state = rename_keys(state, _mamba_ssm_name, str(files[0]) if len(files) == 1 else source)
+    tied = dict(getattr(model, "TIED_KEYS", {})) if getattr(model.config, "tie_word_embeddings", False) else {}
+    meta = model.state_dict()
+    expected = {k: v.shape for k, v in meta.items()}
+    refuse_integer_weights(state, origin, {k for k, v in meta.items() if v.is_floating_point()})
     check_state_dict(state, expected, source, optional=set(tied), floats_only=True)
     stored = {str(t.dtype).removeprefix("torch.") for t in state.values()}
     for key in tied:

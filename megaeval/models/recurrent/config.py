@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import fail
+from ..fields import field, flag, positive_float, positive_int
 
 CONFIG_FILE = "config.json"
 
@@ -45,36 +46,6 @@ REFUSED_TYPES = (
     "jamba", "bamba", "zamba", "zamba2", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2", "lfm2_vl",
     "qwen3_next", "plamo2", "xlstm", "minimax", "rwkv5", "rwkv6", "rwkv7",
 )  # fmt: skip
-
-
-def positive_int(raw: dict[str, Any], key: str, source: str, default: Any = None) -> int:
-    """raw[key] (or `default` when absent), checked to be a positive integer."""
-    value = raw.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise fail(f"{source}: {key} must be a positive integer, got {value!r}")
-    return value
-
-
-def positive_float(raw: dict[str, Any], key: str, source: str, default: float) -> float:
-    """raw[key] (or `default`), checked to be a positive finite number."""
-    value = raw.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
-        raise fail(f"{source}: {key} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def filled(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """raw with each key of `defaults` set to its default where absent or null: the fields transformers derives
-    (from hidden_size, say) only when not given; any value given, 0 included, is kept and checked."""
-    return {**raw, **{k: v for k, v in defaults.items() if raw.get(k) is None}}
-
-
-def flag(raw: dict[str, Any], key: str, source: str, default: bool) -> bool:
-    """raw[key] (or `default`), checked to be true or false."""
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise fail(f"{source}: {key} must be true or false, got {value!r}")
-    return value
 
 
 def read_config(path: Path) -> dict[str, Any] | None:
@@ -129,42 +100,74 @@ def hf_config(path: Path) -> tuple[dict[str, Any], str]:
 
 
 def from_mamba_ssm(raw: dict[str, Any], source: str) -> dict[str, Any]:
-    """A mamba_ssm config.json (MambaConfig of state-spaces/mamba) as the transformers config of the same model."""
-    ssm = raw.get("ssm_cfg") or {}
-    if not isinstance(ssm, dict):
+    """A mamba_ssm config.json (MambaConfig of state-spaces/mamba) as the transformers config of the same model.
+
+    Every field is checked here under the name the file gives it (d_model, ssm_cfg.headdim, ...), so no refusal
+    speaks of the transformers names the translation uses; absent fields take mamba_ssm's defaults."""
+    ssm = raw.get("ssm_cfg")
+    if ssm is not None and not isinstance(ssm, dict):
         raise fail(f"{source}: ssm_cfg must be an object, got {ssm!r}")
+    ssm = ssm or {}
     if raw.get("attn_layer_idx") or raw.get("d_intermediate"):
         raise fail(f"{source}: a hybrid mamba_ssm model (attention layers or MLPs) is not supported",
                    f"the recurrent family runs pure {SUPPORTED} models")  # fmt: skip
     if raw.get("rms_norm", True) is not True:
         raise fail(f"{source}: rms_norm false (LayerNorm) is not supported", "only RMSNorm mamba_ssm models load")
-    vocab, multiple = raw.get("vocab_size"), raw.get("pad_vocab_size_multiple", 1)
-    if not isinstance(vocab, int) or not isinstance(multiple, int) or vocab < 1 or multiple < 1:
-        raise fail(f"{source}: vocab_size and pad_vocab_size_multiple must be positive integers")
-    vocab += (-vocab) % multiple  # mamba_ssm pads the embedding rows
-    common = {
-        "hidden_size": raw["d_model"], "num_hidden_layers": raw["n_layer"], "vocab_size": vocab,
-        "layer_norm_epsilon": raw.get("norm_epsilon", 1e-5), "residual_in_fp32": raw.get("residual_in_fp32", True),
-        "tie_word_embeddings": raw.get("tie_embeddings", True), "conv_kernel": ssm.get("d_conv", 4),
-        "expand": ssm.get("expand", 2), "use_bias": ssm.get("bias", False),
-        "use_conv_bias": ssm.get("conv_bias", True),
-    }  # fmt: skip
     layer = ssm.get("layer", "Mamba1")
+    if layer not in ("Mamba1", "Mamba2"):
+        raise fail(f"{source}: ssm_cfg.layer {layer!r} is not supported",
+                   "mamba_ssm layouts load for Mamba1 and Mamba2")  # fmt: skip
+    vocab = positive_int(raw, "vocab_size", source, 50277)
+    vocab += (-vocab) % positive_int(raw, "pad_vocab_size_multiple", source, 8)  # mamba_ssm pads the embedding rows
+    hidden, expand = positive_int(raw, "d_model", source), positive_int(raw, "ssm_cfg.expand", source, 2)
+    common = {
+        "hidden_size": hidden, "num_hidden_layers": positive_int(raw, "n_layer", source), "vocab_size": vocab,
+        "layer_norm_epsilon": positive_float(raw, "norm_epsilon", source, 1e-5),
+        "residual_in_fp32": flag(raw, "residual_in_fp32", source, True),
+        "tie_word_embeddings": flag(raw, "tie_embeddings", source, True),
+        "conv_kernel": positive_int(raw, "ssm_cfg.d_conv", source, 4), "expand": expand,
+        "use_bias": flag(raw, "ssm_cfg.bias", source, False),
+        "use_conv_bias": flag(raw, "ssm_cfg.conv_bias", source, True),
+    }  # fmt: skip
     if layer == "Mamba1":
-        return {"model_type": "mamba", **common, "state_size": ssm.get("d_state", 16),
-                "time_step_rank": ssm.get("dt_rank", "auto"), "hidden_act": "silu"}  # fmt: skip
-    if layer == "Mamba2":
-        head_dim = ssm.get("headdim", 64)
-        inner = common["expand"] * common["hidden_size"]
-        if inner % head_dim:
-            raise fail(f"{source}: expand * d_model ({inner}) is not divisible by headdim {head_dim}")
-        if ssm.get("norm_before_gate", False) or not ssm.get("rmsnorm", True):
-            raise fail(f"{source}: only Mamba-2 with a gated RMSNorm after the gate (the default) is supported")
-        return {"model_type": "mamba2", **common, "state_size": ssm.get("d_state", 128), "head_dim": head_dim,
-                "num_heads": inner // head_dim, "n_groups": ssm.get("ngroups", 1),
-                "chunk_size": ssm.get("chunk_size", 256),
-                "time_step_limit": list(ssm.get("dt_limit", (0.0, float("inf")))), "hidden_act": "silu"}  # fmt: skip
-    raise fail(f"{source}: ssm_cfg layer {layer!r} is not supported", "mamba_ssm layouts load for Mamba1 and Mamba2")
+        rank = ssm.get("dt_rank", "auto")
+        return {"model_type": "mamba", **common, "state_size": positive_int(raw, "ssm_cfg.d_state", source, 16),
+                "time_step_rank": rank if rank == "auto" else positive_int(raw, "ssm_cfg.dt_rank", source),
+                "hidden_act": "silu"}  # fmt: skip
+    head_dim, inner = positive_int(raw, "ssm_cfg.headdim", source, 64), expand * hidden
+    if inner % head_dim:
+        raise fail(f"{source}: ssm_cfg.expand * d_model ({inner}) is not divisible by ssm_cfg.headdim {head_dim}")
+    groups = positive_int(raw, "ssm_cfg.ngroups", source, 1)
+    if (inner // head_dim) % groups:
+        raise fail(f"{source}: ssm_cfg.ngroups {groups} does not divide the {inner // head_dim} heads "
+                   "(ssm_cfg.expand * d_model / ssm_cfg.headdim)")  # fmt: skip
+    if flag(raw, "ssm_cfg.norm_before_gate", source, False) or not flag(raw, "ssm_cfg.rmsnorm", source, True):
+        raise fail(f"{source}: only Mamba-2 with a gated RMSNorm after the gate (the default) is supported")
+    return {"model_type": "mamba2", **common, "state_size": positive_int(raw, "ssm_cfg.d_state", source, 128),
+            "head_dim": head_dim, "num_heads": inner // head_dim, "n_groups": groups,
+            "time_step_limit": list(step_limit(raw, "ssm_cfg.dt_limit", source)), "hidden_act": "silu"}  # fmt: skip
+
+
+def step_limit(raw: dict[str, Any], key: str, source: str) -> tuple[float, float]:
+    """raw[key] (absent: no limit): the [low, high] range Mamba-2 clamps its time steps to, 0 <= low < high
+    (transformers writes infinity to JSON as {"__float__": "Infinity"})."""
+    limit = field(raw, key, (0.0, math.inf))
+    if isinstance(limit, (list, tuple)):
+        limit = [_json_float(v) for v in limit]
+    if (not isinstance(limit, (list, tuple)) or len(limit) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in limit)
+            or not 0 <= limit[0] < limit[1]):  # fmt: skip
+        raise fail(f"{source}: {key} must be [low, high] with 0 <= low < high, got {limit!r}")
+    return float(limit[0]), float(limit[1])
+
+
+def _json_float(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"__float__"}:
+        try:
+            return float(value["__float__"])
+        except (TypeError, ValueError):
+            return value
+    return value
 
 
 def mamba_ssm_keys(state: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ...errors import fail
 from ...kernels.common import acc_dtype
-from .config import flag, positive_float, positive_int
+from ..fields import flag, positive_float, positive_int
 from .layers import PositionFreeRows, causal_conv, output_logits
 from .scan import scan, scan_reference
 

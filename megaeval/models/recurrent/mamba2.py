@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...errors import fail
-from .config import flag, positive_float, positive_int
+from ..fields import flag, positive_float, positive_int
+from .config import step_limit
 from .layers import causal_conv
 from .mamba import MambaLayerState, MambaModel
 
@@ -59,13 +60,6 @@ class Mamba2Config:
         act = raw.get("hidden_act", "silu")
         if act != "silu":
             raise fail(f"{source}: hidden_act {act!r} is not supported", "Mamba-2 checkpoints use silu")
-        limit = raw.get("time_step_limit", (0.0, math.inf))
-        if isinstance(limit, (list, tuple)):  # transformers writes inf to JSON as {"__float__": "Infinity"}
-            limit = [float(v["__float__"]) if isinstance(v, dict) and "__float__" in v else v for v in limit]
-        if (not isinstance(limit, (list, tuple)) or len(limit) != 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in limit)
-                or not 0 <= limit[0] <= limit[1]):  # fmt: skip
-            raise fail(f"{source}: time_step_limit must be [low, high] with 0 <= low <= high, got {limit!r}")
         c = cls(
             vocab_size=positive_int(raw, "vocab_size", source, 32768),
             hidden_size=positive_int(raw, "hidden_size", source, 4096),
@@ -81,7 +75,7 @@ class Mamba2Config:
             use_conv_bias=flag(raw, "use_conv_bias", source, True),
             residual_in_fp32=flag(raw, "residual_in_fp32", source, True),
             tie_word_embeddings=flag(raw, "tie_word_embeddings", source, False),
-            time_step_limit=(float(limit[0]), float(limit[1])),
+            time_step_limit=step_limit(raw, "time_step_limit", source),
         )
         if c.num_heads * c.head_dim != c.intermediate_size:
             raise fail(f"{source}: num_heads * head_dim ({c.num_heads} * {c.head_dim}) must equal expand * "

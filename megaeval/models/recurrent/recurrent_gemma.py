@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ...errors import fail
 from ...kernels.common import acc_dtype
-from .config import filled, flag, positive_float, positive_int
+from ..fields import filled, flag, positive_float, positive_int
 from .layers import causal_conv, output_logits
 from .recurrent_gemma_state import AttentionLayerState, RecurrentGemmaState, RecurrentLayerState
 from .scan import scan, scan_reference
@@ -74,9 +74,10 @@ class RecurrentGemmaConfig:
         act = raw.get("hidden_activation", "gelu_pytorch_tanh")
         if act != "gelu_pytorch_tanh":
             raise fail(f"{source}: hidden_activation {act!r} is not supported", "RecurrentGemma uses gelu_pytorch_tanh")
-        rope = raw.get("rope_parameters") or {}
-        if not isinstance(rope, dict) or rope.get("rope_type", "default") != "default":
-            raise fail(f"{source}: only the default rotary embedding is supported, got {rope!r}")
+        rope = raw.get("rope_parameters")
+        if rope is not None and (not isinstance(rope, dict) or rope.get("rope_type", "default") != "default"):
+            raise fail(f"{source}: only the default rotary embedding is supported, got rope_parameters {rope!r}")
+        at = "" if rope is None else "rope_parameters."  # transformers before 5 wrote these two at the top level
         kinds = raw.get("block_types", ["recurrent", "recurrent", "attention"])
         if not isinstance(kinds, (list, tuple)) or not kinds or any(k not in ("recurrent", "attention") for k in kinds):
             raise fail(f"{source}: block_types must list 'recurrent' and 'attention', got {kinds!r}")
@@ -95,8 +96,8 @@ class RecurrentGemmaConfig:
             conv1d_width=positive_int(raw, "conv1d_width", source, 4),
             logits_soft_cap=positive_float(raw, "logits_soft_cap", source, 30.0),
             rms_norm_eps=positive_float(raw, "rms_norm_eps", source, 1e-6),
-            rope_theta=positive_float(rope, "rope_theta", source, 10000.0),
-            partial_rotary_factor=positive_float(rope, "partial_rotary_factor", source, 0.5),
+            rope_theta=positive_float(raw, f"{at}rope_theta", source, 10000.0),
+            partial_rotary_factor=positive_float(raw, f"{at}partial_rotary_factor", source, 0.5, at_most=1.0),
             block_types=tuple(kinds),
             attention_bias=flag(raw, "attention_bias", source, False),
             tie_word_embeddings=flag(raw, "tie_word_embeddings", source, True),
@@ -105,6 +106,11 @@ class RecurrentGemmaConfig:
             raise fail(f"{source}: hidden_size {hidden} and lru_width {c.lru_width} must divide into "
                        f"num_attention_heads {heads}, itself a multiple of num_key_value_heads "
                        f"{c.num_key_value_heads}")  # fmt: skip
+        turned = int(c.head_dim * c.partial_rotary_factor)
+        if turned % 2:
+            raise fail(f"{source}: {at}partial_rotary_factor {c.partial_rotary_factor:g} rotates {turned} of a head's "
+                       f"{c.head_dim} channels, an odd number (rotary channels go in pairs)",
+                       f"set it so that {c.head_dim} * partial_rotary_factor is even")  # fmt: skip
         return c
 
 

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ...errors import fail
 from ...kernels.common import acc_dtype
-from .config import filled, flag, positive_float, positive_int
+from ..fields import filled, flag, positive_float, positive_int
 from .layers import PositionFreeRows, output_logits
 
 EMPTY_MAX = -1e38  # the max of a state holding nothing (transformers' convention; exp(-1e38 - x) is 0)

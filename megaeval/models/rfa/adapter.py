@@ -16,6 +16,7 @@ from ...files import file_sha256, human_bytes
 from ...kernels.nll import nll_from_logits
 from ...tokenizers import SentencePieceTokenizer
 from ..chunked import ChunkedStreamingLM
+from ..weights import refuse_integer_weights
 from .checkpoint import (
     CheckpointInfo,
     check_state_dict,
@@ -174,8 +175,10 @@ def load(path: str | Path, device: torch.device, dtype: torch.dtype, *, tokenize
     tok = _checked_tokenizer(info)
     with torch.device("meta"):
         model = RFAModel(info.config)
-    expected = {k: v.shape for k, v in model.state_dict().items()}
+    meta = model.state_dict()
+    expected = {k: v.shape for k, v in meta.items()}
     state = load_weights(info)
+    refuse_integer_weights(state, info.weights_path, {k for k, v in meta.items() if v.is_floating_point()})
     check_state_dict(state, expected, str(info.weights_path))
     stored = stored_dtype(state)
     state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()}

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ...errors import fail
+from ...tokenizers import tokenizer_option
 from ..weights import check_state_dict as check_state_dict_of
 from ..weights import pickled_files, place_tokenizer, read_safetensors
 from .config import RFAConfig
@@ -69,7 +70,7 @@ def read_info(path: str | Path, tokenizer: str | Path | None = None) -> Checkpoi
     configured = raw.get("tokenizer")
     if tokenizer is None and (not isinstance(configured, str) or not configured):
         raise fail(f"{file}: tokenizer must be a path (relative to the directory), got {configured!r}")
-    tok = Path(tokenizer) if tokenizer is not None else path / configured
+    tok = tokenizer_option(tokenizer, "rfa", folder=False) if tokenizer is not None else path / configured
     if not tok.is_file():
         raise fail(f"tokenizer not found at {tok}", "pass --model-args tokenizer=PATH (a sentencepiece .model)")
     return CheckpointInfo(path, config, tok, raw)

@@ -5,6 +5,7 @@ wider, one-line config errors."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from megaeval.models.recurrent.mamba import MambaConfig
 from megaeval.models.recurrent.mamba2 import Mamba2Config
 from megaeval.models.recurrent.recurrent_gemma import RecurrentGemmaConfig
 from megaeval_testing.recurrent import (
+    TINY,
     float64_faithful,
     megaeval_copy,
     random_tokens,
@@ -207,3 +209,119 @@ def test_recurrent_gemma_derived_sizes_are_filled_only_when_absent(field: str) -
         assert getattr(RecurrentGemmaConfig.from_hf(absent, "c.json"), field) == derived
     with pytest.raises(MegaevalError, match=f"^c.json: {field} must be a positive integer, got 0$"):
         RecurrentGemmaConfig.from_hf({**raw, field: 0}, "c.json")
+
+
+# ------------------------------------------------------------------------------------- config.json, field by field
+
+JUNK = (0, -1, "x", None)
+# transformers' names for what a mamba_ssm config.json calls otherwise: never in a refusal of such a file
+TRANSFORMERS_NAMES = (
+    "hidden_size", "num_hidden_layers", "state_size", "conv_kernel", "head_dim", "n_groups", "time_step",
+    "layer_norm_epsilon", "tie_word_embeddings", "use_bias", "use_conv_bias",
+)  # fmt: skip
+
+
+def mamba_ssm_config(layer: str) -> dict:
+    """A tiny config.json of the original state-spaces layout, Mamba1 or Mamba2."""
+    ssm = {"d_state": 8, "d_conv": 4, "expand": 2, "dt_rank": 2, "bias": False, "conv_bias": True}
+    if layer == "Mamba2":
+        ssm = {**ssm, "layer": "Mamba2", "headdim": 16, "ngroups": 2, "chunk_size": 16, "dt_limit": [0.0, 1e9]}
+    return {"d_model": 32, "n_layer": 2, "vocab_size": 300, "ssm_cfg": ssm, "rms_norm": True, "norm_epsilon": 1e-5,
+            "residual_in_fp32": True, "fused_add_norm": True, "pad_vocab_size_multiple": 4,
+            "tie_embeddings": True}  # fmt: skip
+
+
+def read_config(raw: dict) -> object:
+    """What loading reads from config.json `raw` (either layout), as load() does it."""
+    from megaeval.models.recurrent.config import architecture_of, from_mamba_ssm, is_mamba_ssm_config
+
+    hf = from_mamba_ssm(raw, "c.json") if is_mamba_ssm_config(raw) else raw
+    return architecture_of(hf, "c.json").classes()[0].from_hf(hf, "c.json")
+
+
+def numeric_places(value, at: tuple = ()) -> list[tuple]:
+    """The key path of every number in a JSON value (booleans aside), however deep."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    found = []
+    for key, child in items:
+        if isinstance(child, (int, float)) and not isinstance(child, bool):
+            found.append((*at, key))
+        found += numeric_places(child, (*at, key))
+    return found
+
+
+def with_value(raw: dict, place: tuple, value) -> dict:
+    raw = json.loads(json.dumps(raw))
+    parent = raw
+    for key in place[:-1]:
+        parent = parent[key]
+    parent[place[-1]] = value
+    return raw
+
+
+def tiny_configs() -> dict[str, dict]:
+    """The config.json of each tiny architecture (transformers' to_dict, as save_pretrained writes it) and of the two
+    mamba_ssm layouts."""
+    import transformers
+
+    configs = {kind: getattr(transformers, TINY[kind][0])(**TINY[kind][2], vocab_size=300).to_dict() for kind in KINDS}
+    return {**configs, "mamba_ssm": mamba_ssm_config("Mamba1"), "mamba2_ssm": mamba_ssm_config("Mamba2")}
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "mamba_ssm", "mamba2_ssm"])
+def test_every_numeric_field_set_to_junk_is_read_or_refused_in_one_line(kind: str) -> None:
+    """0, -1, a string or null in any numeric field: a config (the field unused, or null meaning derived) or one line
+    naming config.json and the field as the file writes it, never a traceback."""
+    raw = tiny_configs()[kind]
+    read_config(raw)
+    for place in numeric_places(raw):
+        for junk in JUNK:
+            try:
+                read_config(with_value(raw, place, junk))
+            except MegaevalError as e:
+                text = str(e)
+                assert "\n" not in text and text.startswith("c.json: "), (place, junk, text)
+                if kind.endswith("_ssm"):
+                    assert not any(name in text for name in TRANSFORMERS_NAMES), (place, junk, text)
+
+
+@pytest.mark.parametrize(
+    "place, value, message",
+    [(("d_model",), "x", "d_model must be a positive integer, got 'x'"),
+     (("n_layer",), None, "n_layer must be a positive integer, got None"),
+     (("ssm_cfg", "headdim"), 0, "ssm_cfg.headdim must be a positive integer, got 0"),
+     (("ssm_cfg", "expand"), "x", "ssm_cfg.expand must be a positive integer, got 'x'"),
+     (("ssm_cfg", "ngroups"), 3, r"ssm_cfg.ngroups 3 does not divide the 4 heads \(ssm_cfg.expand \* d_model / "),
+     (("ssm_cfg", "headdim"), 24, r"ssm_cfg.expand \* d_model \(64\) is not divisible by ssm_cfg.headdim 24"),
+     (("ssm_cfg", "dt_limit"), [0.0, 0.0], r"ssm_cfg.dt_limit must be \[low, high\] with 0 <= low < high"),
+     (("ssm_cfg", "d_conv"), -1, "ssm_cfg.d_conv must be a positive integer, got -1"),
+     (("norm_epsilon",), 0, "norm_epsilon must be a positive number, got 0"),
+     (("tie_embeddings",), "yes", "tie_embeddings must be true or false, got 'yes'")],
+)  # fmt: skip
+def test_mamba_ssm_config_errors_name_the_field_as_the_file_does(place: tuple, value, message: str) -> None:
+    with pytest.raises(MegaevalError, match=f"^c.json: {message}") as err:
+        read_config(with_value(mamba_ssm_config("Mamba2"), place, value))
+    assert "\n" not in str(err.value)
+
+
+def test_mamba_ssm_defaults_are_mamba_ssm_s() -> None:
+    """Absent fields take state-spaces' MambaConfig defaults: vocab_size 50277 padded to a multiple of 8, ..."""
+    raw = {k: v for k, v in mamba_ssm_config("Mamba1").items() if k not in ("vocab_size", "pad_vocab_size_multiple")}
+    config = read_config({**raw, "ssm_cfg": {}})
+    assert (config.vocab_size, config.state_size, config.conv_kernel, config.expand) == (50280, 16, 4, 2)
+
+
+def test_recurrent_gemma_rotary_factor_is_a_fraction_giving_channel_pairs() -> None:
+    raw = tiny_configs()["recurrent_gemma"]
+    rope = raw["rope_parameters"]
+    for bad, message in ((1.5, "at most 1, got 1.5"), (0, "above 0 and at most 1, got 0")):
+        with pytest.raises(MegaevalError, match=f"^c.json: rope_parameters.partial_rotary_factor must be .*{message}$"):
+            RecurrentGemmaConfig.from_hf({**raw, "rope_parameters": {**rope, "partial_rotary_factor": bad}}, "c.json")
+    with pytest.raises(MegaevalError, match="partial_rotary_factor 0.5625 rotates 9 of a head's 16 channels, an odd"):
+        RecurrentGemmaConfig.from_hf({**raw, "rope_parameters": {**rope, "partial_rotary_factor": 0.5625}}, "c.json")
+    # as transformers before 5 wrote them: at the top level, read (and refused) there
+    legacy = {k: v for k, v in raw.items() if k != "rope_parameters"}
+    config = RecurrentGemmaConfig.from_hf({**legacy, "partial_rotary_factor": 0.25, "rope_theta": 500.0}, "c.json")
+    assert (config.partial_rotary_factor, config.rope_theta) == (0.25, 500.0)
+    with pytest.raises(MegaevalError, match="^c.json: partial_rotary_factor must be a number above 0 and at most 1"):
+        RecurrentGemmaConfig.from_hf({**legacy, "partial_rotary_factor": 2.0}, "c.json")

@@ -5,6 +5,7 @@ torch-file weights, and one-line errors for weights that do not match."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import pytest
 import torch
 
 from megaeval.errors import MegaevalError
-from megaeval.models import load_model, parse_spec
+from megaeval.models import load_model, load_tokenizer, parse_spec
 from megaeval_testing.recurrent import MODEL_TYPES, float64_faithful, save_tiny, tiny_model
+from megaeval_testing.shards import INDEX, shard_names, write_shards
 
 SPLITS = [1, 5, 63, 2, 70, 9]  # 150 tokens: single tokens, odd sizes, across scan chunks and score chunks
 
@@ -68,15 +70,16 @@ def test_score_is_the_nll_of_forward(saved: dict[str, Path], kind: str) -> None:
     torch.testing.assert_close(nll[0], want, rtol=1e-12, atol=1e-12)
 
 
-def test_mamba_ssm_layout_loads_the_same_model(saved: dict[str, Path], tmp_path: Path) -> None:
-    """The original state-spaces layout: its config.json, pytorch_model.bin with `backbone.embedding`, no tokenizer."""
-    src = saved["mamba"]
-    cfg = json.loads((src / "config.json").read_text())
+def write_mamba_ssm(src: Path, out: Path, both_embeddings: bool = False) -> Path:
+    """`src` (a transformers Mamba) in the original state-spaces layout: its config.json, pytorch_model.bin with
+    `backbone.embedding`, no tokenizer; `both_embeddings`: transformers' name kept too (two names for one tensor)."""
     from safetensors.torch import load_file
 
+    cfg = json.loads((src / "config.json").read_text())
     state = load_file(src / "model.safetensors")
-    state = {("backbone.embedding.weight" if k == "backbone.embeddings.weight" else k): v for k, v in state.items()}
-    out = tmp_path / "mamba_ssm"
+    state["backbone.embedding.weight"] = state["backbone.embeddings.weight"]
+    if not both_embeddings:
+        del state["backbone.embeddings.weight"]
     out.mkdir()
     torch.save(state, out / "pytorch_model.bin")
     (out / "config.json").write_text(json.dumps({
@@ -84,6 +87,13 @@ def test_mamba_ssm_layout_loads_the_same_model(saved: dict[str, Path], tmp_path:
         "ssm_cfg": {"d_state": cfg["state_size"]}, "rms_norm": True, "residual_in_fp32": True,
         "fused_add_norm": True, "pad_vocab_size_multiple": 4, "tie_embeddings": True,
     }))  # fmt: skip
+    return out
+
+
+def test_mamba_ssm_layout_loads_the_same_model(saved: dict[str, Path], tmp_path: Path) -> None:
+    """The original state-spaces layout: its config.json, pytorch_model.bin with `backbone.embedding`, no tokenizer."""
+    src = saved["mamba"]
+    out = write_mamba_ssm(src, tmp_path / "mamba_ssm")
     with pytest.raises(MegaevalError, match="ships no tokenizer"):
         load_model(out)
     lm = load_model(out, dtype="float64", tokenizer=str(src))
@@ -187,3 +197,115 @@ def test_academic_and_scrolls_run_the_embedded_mamba2(tmp_path: Path) -> None:
     sample = json.loads((tmp_path / "s.jsonl").read_text().splitlines()[0])
     assert isinstance(sample["prediction"], str)  # what 6 greedy tokens of a 1.2M-parameter model decode to
     assert json.loads((tmp_path / "s.json").read_text())["model"]["family"] == "recurrent"
+
+
+def test_mamba_ssm_names_that_load_as_one_are_refused(saved: dict[str, Path], tmp_path: Path) -> None:
+    """backbone.embedding and backbone.embeddings both become the embedding: one would silently win."""
+    out = write_mamba_ssm(saved["mamba"], tmp_path / "both", both_embeddings=True)
+    with pytest.raises(MegaevalError) as err:
+        load_model(out, tokenizer=str(saved["mamba"]))
+    text = str(err.value)
+    assert "\n" not in text and "pytorch_model.bin holds both backbone.embedding" in text
+    assert "backbone.embedding.weight" in text and "which both load as backbone.embeddings.weight" in text
+
+
+def sharded_copy(src: Path, out: Path, **changes) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A copy of `src` with its weights in two shards and an index (`changes`: see write_shards)."""
+    from safetensors.torch import load_file
+
+    shutil.copytree(src, out)
+    state = load_file(out / "model.safetensors")
+    write_shards(out, state, **changes)
+    return out, state
+
+
+def test_sharded_weights_load_as_their_index_says(saved: dict[str, Path], tmp_path: Path) -> None:
+    out, _ = sharded_copy(saved["mamba"], tmp_path / "shards")
+    lm, ref = load_model(out, dtype="float64"), load_model(saved["mamba"], dtype="float64")
+    tokens = torch.randint(3, 300, (1, 12), generator=torch.Generator().manual_seed(5))
+    assert torch.equal(lm.forward(tokens, lm.init_state(1))[0], ref.forward(tokens, ref.init_state(1))[0])
+
+
+def test_shards_that_disagree_with_their_index_are_refused(saved: dict[str, Path], tmp_path: Path) -> None:
+    """A stray copy in another shard, a tensor the index puts in the wrong shard, a shard holding a tensor the index
+    does not list, a missing shard, a shard outside the folder: each one line naming the tensor and the files."""
+    from safetensors.torch import load_file
+
+    first, second = shard_names(2)
+    key = min(load_file(saved["mamba"] / "model.safetensors"))  # the first name: write_shards puts it in `first`
+    stray = {1: {key: torch.zeros(2)}}
+
+    def refused(name: str, pattern: str, **changes) -> None:
+        out, state = sharded_copy(saved["mamba"], tmp_path / name, **changes)
+        with pytest.raises(MegaevalError, match=pattern) as err:
+            load_model(out)
+        assert "\n" not in str(err.value)
+
+    refused("twice", rf"tensor {key} is stored twice, in .*/{first} and in .*/{second}", extra=stray)
+    refused("moved", rf"{INDEX} puts tensor {key} in .*/{second}, which does not hold it \(it is in .*/{first}\)",
+            weight_map={key: second})  # fmt: skip
+    refused("unlisted", rf"{first} holds tensor {key}, which .*{INDEX} does not list", weight_map={key: None})
+    refused("missing", r"shard\(s\) model-00003-of-00003\.safetensors named by .* are missing",
+            weight_map={key: "model-00003-of-00003.safetensors"})  # fmt: skip
+    refused("outside", r"puts .* in '\.\./elsewhere\.safetensors', which is not a file beside the index",
+            weight_map={key: "../elsewhere.safetensors"})  # fmt: skip
+
+
+def test_integer_weights_are_refused_as_quantized(saved: dict[str, Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    out = shutil.copytree(saved["mamba"], tmp_path / "int8")
+    state = load_file(out / "model.safetensors")
+    key = "backbone.layers.0.mixer.in_proj.weight"
+    state[key] = (state[key] * 100).to(torch.int8)
+    save_file(state, out / "model.safetensors")
+    with pytest.raises(MegaevalError, match=rf"tensor {key} in .*model\.safetensors is int8, .*quantized checkpoints "
+                       "are not supported"):  # fmt: skip
+        load_model(out)
+
+
+# ------------------------------------------------------------------------------------- tokenizers
+
+
+def bare_copy(src: Path, out: Path) -> Path:
+    """`src`'s config.json and weights alone: a checkpoint without its tokenizer files."""
+    out.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(src / name, out / name)
+    return out
+
+
+def test_a_checkpoint_without_tokenizer_files_is_refused_until_tokenizer_dir_names_them(saved, tmp_path) -> None:
+    """transformers would build a 2-entry tokenizer from config.json alone, without a word."""
+    out = bare_copy(saved["mamba"], tmp_path / "bare")
+    where = re.escape(str(out))
+    for load in (load_tokenizer, load_model):
+        with pytest.raises(MegaevalError, match=rf"^{where} holds no tokenizer files \(expected one of tokenizer\.json,"
+                           r".*\); pass --model-args tokenizer=DIR") as err:  # fmt: skip
+            load(out)
+        assert "\n" not in str(err.value)
+    assert load_model(out, tokenizer=str(saved["mamba"])).tokenizer.vocab_size == 300
+
+
+def test_a_tokenizer_without_a_vocabulary_is_refused(saved, tmp_path) -> None:
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    out = bare_copy(saved["mamba"], tmp_path / "config-only")
+    where = re.escape(str(out))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPTNeoXTokenizer"}))
+    with pytest.raises(MegaevalError, match=rf"^the tokenizer at {where} has only 2 entries, too few .*tokenizer=PATH"):
+        load_tokenizer(out)
+    nothing = Tokenizer(models.BPE(vocab={f"<x{i}>": i for i in range(20)}, merges=[]))  # no piece of English
+    PreTrainedTokenizerFast(tokenizer_object=nothing).save_pretrained(out)
+    with pytest.raises(MegaevalError, match=rf"^the tokenizer at {where} encodes ordinary text \('The .*\) to no"):
+        load_model(out)
+
+
+def test_the_tokenizer_option_names_a_folder(saved: dict[str, Path]) -> None:
+    folder, path = saved["mamba"], re.escape(str(saved["mamba"]))
+    with pytest.raises(MegaevalError, match="^option tokenizer= of recurrent models is empty; write tokenizer="):
+        load_tokenizer(folder, tokenizer=" ")
+    with pytest.raises(MegaevalError, match=rf"tokenizer={path}/tokenizer.json is a file, but recurrent models take "
+                       rf"a folder of transformers tokenizer files; pass tokenizer={path}$"):  # fmt: skip
+        load_tokenizer(folder, tokenizer=str(folder / "tokenizer.json"))
