@@ -11,10 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from megaeval.cli import app
-from megaeval.commands.needle import NeedleSettings, parse_depths, prompt_encoder, run_needle
+from megaeval.commands.needle import NeedleSettings, parse_depths, run_needle
 from megaeval.errors import MegaevalError
 from megaeval.metrics.needle import first_integer_match, needle_score, postprocess, string_match_all
 from megaeval.models import load_model, load_tokenizer
+from megaeval.scoring.requests import prompt_encoder
 from megaeval.tasks.needle_haystack import RULER_DEPTHS, split_sentences
 from megaeval.tasks.needle_prompts import (
     Needles,

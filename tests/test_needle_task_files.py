@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
-from megaeval.commands.needle import NeedleSettings, prompt_encoder
+from megaeval.commands.needle import NeedleSettings
 from megaeval.errors import MegaevalError
 from megaeval.models import load_tokenizer
-from megaeval.scoring.requests import chat_prompt
+from megaeval.scoring.requests import chat_prompt, prompt_encoder
 from megaeval.tasks.needle_haystack import book_words, split_sentences
 from megaeval.tasks.needle_prompts import build_prompts, draw_needles, haystack_words, render, sample_rng
 from megaeval.tasks.needle_spec import check_needle_spec, load_needle_task

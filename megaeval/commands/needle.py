@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
-
 from ..distributed import group_max
 from ..errors import fail
 from ..files import files_sha256
@@ -23,11 +21,11 @@ from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..scoring.generate import generate_branches, parse_batch_size, rows_per_batch
-from ..scoring.requests import bos_policy, chat_prompt, resolve_bos
+from ..scoring.requests import bos_policy, chat_prompt, prompt_bos, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
 from ..tasks.needle_haystack import book_files, haystack_folder
-from ..tasks.needle_prompts import Encoder, build_prompts, draw_needles, haystack_words, sample_rng
+from ..tasks.needle_prompts import build_prompts, draw_needles, haystack_words, sample_rng
 from ..tasks.needle_results import needle_results
 from ..tasks.needle_spec import load_needle_task
 from ..tasks.specs import list_tasks, parse_tasks, spec_sha256
@@ -117,7 +115,7 @@ def run_needle(settings: NeedleSettings, progress: bool = True, on_unit=None) ->
                        "but a model cannot read past its max_context)")  # fmt: skip
         if settings.chat_template:
             chat_prompt(lm, "")  # refuses a tokenizer without a chat template now
-        return {"bos_effective": _bos(lm, settings)}
+        return {"bos_effective": prompt_bos(lm, settings.bos, settings.chat_template)}
 
     reads = [settings.haystack] if any(words.values()) else []
     with open_run("needle", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
@@ -125,34 +123,11 @@ def run_needle(settings: NeedleSettings, progress: bool = True, on_unit=None) ->
         return _evaluate(run, settings, specs, max_new, words, data)
 
 
-def _bos(lm: StreamingLM, settings: NeedleSettings) -> bool:
-    """BOS under the policy; with --chat-template, auto leaves BOS to the template (it writes its own)."""
-    if settings.chat_template and settings.bos == "auto":
-        return False
-    return resolve_bos(lm, settings.bos)
-
-
-def prompt_encoder(lm: StreamingLM, bos: bool, chat: bool) -> Encoder:
-    """How a task text and answer prefix become the ids the model reads: BOS (under the policy), the text (as one
-    user turn with `chat`), then the answer prefix after it (RULER puts it after the model's template)."""
-    start = np.asarray([lm.tokenizer.bos_id] if bos else [], dtype=np.int32)
-    # a tokenizer that gives an array builds no Python int per token (a 1M-token prompt would leave ~40 MB of them)
-    to_array = getattr(lm.tokenizer, "encode_array", None) or (lambda t: np.asarray(lm.tokenizer.encode(t), np.int32))
-
-    def encode(text: str, answer_prefix: str) -> tuple[np.ndarray, str, int]:
-        whole = chat_prompt(lm, text) if chat else text
-        at = whole.find(text) if chat else 0
-        whole += answer_prefix
-        return np.concatenate([start, to_array(whole)]).astype(np.int32), whole, max(at, 0)
-
-    return encode
-
-
 def _evaluate(
     run: Run, settings: NeedleSettings, specs: dict[str, dict], max_new: dict[str, int], words: dict, data: dict
 ) -> dict[str, Any] | None:
     lm = run.lm
-    bos = _bos(lm, settings)
+    bos = prompt_bos(lm, settings.bos, settings.chat_template)
     encode = prompt_encoder(lm, bos, settings.chat_template)
     shared = settings.schedule == "shared" or (settings.schedule == "auto" and lm.max_context is None)
     meter = PeakMemory(lm.device)

@@ -80,6 +80,33 @@ def needle_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "
     return "".join(out)
 
 
+def ruler_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """RULER reports: for each, its scores (x 100) with a row per task and a column per length, the average row,
+    and the summary (average, wAvg inc and dec, effective length). As csv, one table whose rows name their report."""
+    out, csv_rows = [], []
+    all_lengths = sorted({row["length"] for r in reports for row in r["results"]["lengths"]})
+    for report, label in zip(reports, labels, strict=True):
+        res = report["results"]
+        lengths = [row["length"] for row in res["lengths"]]
+        grid = {(task, r["length"]): r["score"] for task, t in res["tasks"].items() for r in t["lengths"]}
+        grid.update({("average", row["length"]): row["average"] for row in res["lengths"]})
+        names = [*res["tasks"], "average"]
+        rows = [[name] + [_score(grid.get((name, n))) for n in lengths] for name in names]
+        csv_rows += [[label, name] + [_score(grid.get((name, n))) for n in all_lengths] for name in names]
+        effective = res["effective_length"]
+        reach = format_length(effective) if effective else f"< {format_length(lengths[0])}"
+        title = (f"{label}: RULER, average {_score(res['average'])}, wAvg inc {_score(res['wavg_inc'])}, dec "
+                 f"{_score(res['wavg_dec'])}, effective length {reach} (above {res['threshold']})")  # fmt: skip
+        out.append(f"{title}\n{render_table(['task'] + [format_length(n) for n in lengths], rows, fmt)}")
+    if fmt == "csv":
+        return render_table(["model", "task"] + [format_length(n) for n in all_lengths], csv_rows, fmt)
+    return "".join(out)
+
+
+def _score(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
 def _depth(depth: int | str) -> str:
     return depth if isinstance(depth, str) else f"{depth}%"
 
@@ -99,6 +126,8 @@ def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = No
     labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
     if commands == {"needle"} and metric is None:
         return needle_tables(reports, labels, fmt)
+    if commands == {"ruler"}:
+        return ruler_tables(reports, labels, fmt)
     if commands == {"ppl-sweep"}:
         header, rows = sweep_rows(reports, metric or "ppl")
         title = f"{metric or 'ppl'} by context length"

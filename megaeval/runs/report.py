@@ -113,7 +113,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return report
 
 
-COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle")
+COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler")
 TASK_SUMMARIES = ("average", "average_of")  # results keys of a task report that are not tasks
 
 
@@ -174,6 +174,38 @@ def _needle_rows(res: dict[str, Any], task: str, key: str, place: tuple[str, ...
     return seen
 
 
+def _check_ruler(results: dict[str, Any], path: Path, fix: str) -> None:
+    """A RULER report's tables, as `report` reads them: tasks with a score per length (each length once), the
+    per-length averages, the averages, wAvg and the effective length."""
+    broken = f"{path} is not a complete megaeval report"
+    tasks = results.get("tasks")
+    if not isinstance(tasks, dict) or not tasks:
+        raise fail(f"{broken}: results.tasks is missing or empty", fix)
+    for task, res in tasks.items():
+        rows = res.get("lengths") if isinstance(res, dict) else None
+        if (
+            not isinstance(rows, list)
+            or not rows
+            or not all(isinstance(r, dict) and _number(r.get("length")) and _number(r.get("score")) for r in rows)
+        ):
+            raise fail(f"{broken}: results.tasks.{task}.lengths is missing or malformed", fix)
+        if len({r["length"] for r in rows}) != len(rows):
+            raise fail(f"{path}: results.tasks.{task}.lengths holds a length twice", fix)
+    rows = results.get("lengths")
+    if (
+        not isinstance(rows, list)
+        or not rows
+        or not all(isinstance(r, dict) and _number(r.get("length")) and _number(r.get("average")) for r in rows)
+    ):
+        raise fail(f"{broken}: results.lengths is missing or malformed", fix)
+    for key in ("average", "wavg_inc", "wavg_dec", "threshold"):
+        if not _number(results.get(key)):
+            raise fail(f"{broken}: results.{key} is {results.get(key)!r:.40}, not a number", fix)
+    effective = results.get("effective_length")
+    if effective is not None and not _number(effective):
+        raise fail(f"{broken}: results.effective_length is {effective!r:.40}, not a length", fix)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -184,6 +216,9 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
     results = report["results"]
     if not isinstance(results, dict):
         raise fail(f"{broken}: results is a {type(results).__name__}, not an object", fix)
+    if report.get("command") == "ruler":
+        _check_ruler(results, path, fix)
+        return
     if report.get("command") != "ppl-sweep":
         _check_tasks(results, broken, fix)
         if report.get("command") == "needle":

@@ -18,7 +18,10 @@ harness adapter (`megaeval.harness`) all call it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..errors import fail
 from ..models.base import StreamingLM
@@ -178,3 +181,30 @@ def chat_prompt(lm: StreamingLM, user_text: str) -> str:
             f"--chat-template: the chat template of {lm.spec} cannot be rendered ({type(e).__name__}: {reason})",
             "fix the template in its tokenizer_config.json, or drop --chat-template",
         ) from None
+
+
+# (task text, answer prefix) -> (the ids the model reads, the whole prompt's text, where the task text starts in it)
+Encoder = Callable[[str, str], tuple[np.ndarray, str, int]]
+
+
+def prompt_bos(lm: StreamingLM, policy: str, chat: bool) -> bool:
+    """BOS under the policy; with a chat template, auto leaves BOS to the template (it writes its own)."""
+    if chat and policy == "auto":
+        return False
+    return resolve_bos(lm, policy)
+
+
+def prompt_encoder(lm: StreamingLM, bos: bool, chat: bool) -> Encoder:
+    """How a task text and answer prefix become the ids the model reads: BOS (under the policy), the text (as one
+    user turn with `chat`), then the answer prefix after it (RULER puts it after the model's template)."""
+    start = np.asarray([lm.tokenizer.bos_id] if bos else [], dtype=np.int32)
+    # a tokenizer that gives an array builds no Python int per token (a 1M-token prompt would leave ~40 MB of them)
+    to_array = getattr(lm.tokenizer, "encode_array", None) or (lambda t: np.asarray(lm.tokenizer.encode(t), np.int32))
+
+    def encode(text: str, answer_prefix: str) -> tuple[np.ndarray, str, int]:
+        whole = chat_prompt(lm, text) if chat else text
+        at = whole.find(text) if chat else 0
+        whole += answer_prefix
+        return np.concatenate([start, to_array(whole)]).astype(np.int32), whole, max(at, 0)
+
+    return encode

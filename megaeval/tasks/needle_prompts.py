@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import fail
+from ..scoring.requests import Encoder
 from .needle_haystack import RULER_DEPTHS, book_words, essay_sentences, haystack_folder, random_value, split_sentences
 
 # A needle lands at a sentence boundary: this far (in percent of the haystack) from the asked depth it is refused
@@ -142,10 +143,6 @@ def haystack_words(spec: dict[str, Any], haystack: str | None) -> tuple[str, ...
     if spec["kind"] != "ruler_niah" or spec["haystack"] != "essay":
         return ()
     return book_words(str(haystack_folder(haystack)))
-
-
-# (task text, answer prefix) -> (the ids the model reads, the whole prompt's text, where the task text starts in it)
-Encoder = Callable[[str, str], tuple[np.ndarray, str, int]]
 
 
 def build_prompts(

@@ -3,6 +3,10 @@ read (a regular expression, not a model) and greedily spells their values, then 
 the last W characters, as a model that forgets would. It lets tests run `megaeval needle` end to end and know
 what every score must be.
 
+With `answers` (oracle.json's list of [prompt, answer] pairs) it is given the answer outright: after reading one
+of those prompts whole it spells that answer (how tests run `megaeval ruler`, whose tasks a regular expression does
+not solve).
+
 Register it by importing this module; load it as `oracle:DIR` (DIR holds oracle.json, which may set "window").
 """
 
@@ -82,8 +86,8 @@ class OracleLM(StreamingLM):
     family = "oracle"
     max_context = None
 
-    def __init__(self, path: Path, window: int = 0):
-        self.path, self.window = path, window
+    def __init__(self, path: Path, window: int = 0, answers: list[list[str]] | None = None):
+        self.path, self.window, self.answers = path, window, answers or []
         self.tokenizer = ByteTokenizer()
         self.device, self.dtype = torch.device("cpu"), torch.float32
 
@@ -99,8 +103,12 @@ class OracleLM(StreamingLM):
         logits = torch.zeros(tokens.shape[0], tokens.shape[1], VOCAB)
         for b, row in enumerate(state.texts):
             text = row.decode("utf-8", errors="replace")
-            cue = max((text.rfind(c) + len(c) for c in CUES if c in text), default=-1)
-            answer = answer_for(text, self.window)
+            given = next(((prompt, said) for prompt, said in self.answers if text.startswith(prompt)), None)
+            if given is not None:
+                cue, answer = len(given[0]), given[1]
+            else:
+                cue = max((text.rfind(c) + len(c) for c in CUES if c in text), default=-1)
+                answer = answer_for(text, self.window)
             said = text[cue:] if cue >= 0 else ""
             nxt = EOS if answer is None or not answer.startswith(said) or said == answer else answer[len(said)]
             logits[b, -1, nxt if isinstance(nxt, int) else ord(nxt)] = 1.0
@@ -123,13 +131,13 @@ class OracleLM(StreamingLM):
 def load_oracle(path: Path, device: Any = None, dtype: Any = None, *, window: int | None = None) -> OracleLM:
     """The oracle of DIR/oracle.json (its "window", unless the option gives one)."""
     config = json.loads((Path(path) / "oracle.json").read_text())
-    return OracleLM(Path(path), config.get("window", 0) if window is None else window)
+    return OracleLM(Path(path), config.get("window", 0) if window is None else window, config.get("answers"))
 
 
-def save_oracle(folder: Path, window: int = 0) -> Path:
-    """A checkpoint folder for the oracle."""
+def save_oracle(folder: Path, window: int = 0, answers: list[tuple[str, str]] | None = None) -> Path:
+    """A checkpoint folder for the oracle (given `answers`: (prompt, answer) pairs)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "oracle.json").write_text(json.dumps({"window": window}))
+    (folder / "oracle.json").write_text(json.dumps({"window": window, "answers": answers or []}))
     return folder
 
 

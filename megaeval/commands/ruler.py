@@ -1,0 +1,199 @@
+"""`megaeval ruler`: RULER's 13 tasks (Hsieh et al., 2024) with RULER's own instances, scores, averages and effective
+length.
+
+Instances are generated per (task, length) by the generators of `tasks.ruler_data` exactly as RULER's prepare.py
+writes them for the model's tokenizer (or read back from RULER's layout with --data-dir). Every (task, length,
+sample) is one unit of the run skeleton: its prompt (RULER's input, then its answer prefix; inside the model's chat
+template with --chat-template) answered greedily with the task's token budget and scored by RULER's metric.
+`--prepare-only` writes the instances (--write-data) with the tokenizer alone and loads no weights.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..errors import fail
+from ..files import file_sha256
+from ..metrics.needle import needle_score
+from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
+from ..models.base import StreamingLM
+from ..runs import Run, RunSettings, open_run
+from ..scoring.generate import generate_branches
+from ..scoring.requests import bos_policy, chat_prompt, prompt_bos, prompt_encoder
+from ..scoring.sweep_plan import parse_lengths
+from ..tables import format_length
+from ..tasks.ruler_data import generate_instances, read_instances, write_instances
+from ..tasks.ruler_inputs import RulerInputs, token_counter
+from ..tasks.ruler_spec import load_ruler_task
+from ..tasks.specs import parse_tasks, spec_sha256
+from .needle import HEAD
+
+DEFAULT_RULER_LENGTHS = "4K,8K,16K,32K,64K,128K"
+
+
+@dataclass(kw_only=True)
+class RulerSettings(RunSettings):
+    """Every flag of `megaeval ruler`, defaults included (RULER's: 500 samples, seed 42, lengths 4K to 128K)."""
+
+    tasks: str = "all"
+    lengths: str | list[int] = DEFAULT_RULER_LENGTHS
+    num_samples: int = 500
+    seed: int = 42
+    essays: str | None = None  # RULER's PaulGrahamEssays.json; None: the public-domain books stand in
+    qa_data: str | None = None  # folder with RULER's squad.json and hotpotqa.json
+    english_words: str | None = None  # RULER's english_words.json (cwe past the wonderwords list)
+    data_dir: str | None = None  # read instances from RULER's layout instead of generating them
+    write_data: str | None = None  # write the instances in RULER's layout
+    prepare_only: bool = False
+    tokenizer: str | None = None  # --prepare-only: a model spec whose tokenizer counts (default: --model's)
+    chat_template: bool = False
+    bos: str = "auto"
+    threshold: float = DEFAULT_THRESHOLD
+    include_path: list[str] = field(default_factory=list)
+    out: str = "reports/ruler.json"
+    samples: str | None = None
+    task_names: list[str] = field(default_factory=list)
+
+    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "write_data")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.bos = bos_policy(self.bos)
+        self.lengths = parse_lengths(self.lengths)
+        self.task_names = parse_tasks(self.tasks, "ruler", self.include_path)
+        if self.num_samples < 1:
+            raise fail(f"--num-samples must be at least 1, got {self.num_samples}")
+        if self.prepare_only and not self.write_data:
+            raise fail("--prepare-only writes instances and nothing else", "pass --write-data DIR")
+        if self.data_dir and (self.write_data or self.prepare_only):
+            raise fail("--data-dir reads prepared instances", "drop --write-data / --prepare-only with it")
+        for flag in ("essays", "qa_data", "english_words", "data_dir"):
+            value = getattr(self, flag)
+            if value is not None and not Path(value).exists():
+                raise fail(f"--{flag.replace('_', '-')} {value}: no such file or folder", "check the path")
+
+
+def ruler_inputs(settings: RulerSettings) -> RulerInputs:
+    """The essay text, QA folder and word list the generators read, from the flags (books stand in for essays)."""
+    from ..tasks.ruler_inputs import books_essay_text, read_essays
+
+    essay = read_essays(Path(settings.essays)) if settings.essays else books_essay_text()
+    words = None
+    if settings.english_words:
+        try:
+            words = list(json.loads(Path(settings.english_words).read_text(encoding="utf-8")).values())
+        except (OSError, ValueError, AttributeError) as e:
+            raise fail(f"--english-words {settings.english_words}: not RULER's english_words.json ({e})",
+                       "pass the file RULER's repository holds at scripts/data/synthetic/json/") from None  # fmt: skip
+    return RulerInputs(essay, Path(settings.qa_data) if settings.qa_data else None, words)
+
+
+def data_facts(settings: RulerSettings, specs: dict[str, dict]) -> dict[str, Any]:
+    """What the instances are made of (checksums), recorded in the report and identifying a resumed run."""
+    files = {flag: getattr(settings, flag) for flag in ("essays", "english_words")}
+    data: dict[str, Any] = {
+        "tasks": {
+            n: {"kind": s["kind"], "metric": s["metric"], "sha256": spec_sha256("ruler", n, settings.include_path)}
+            for n, s in specs.items()
+        },  # fmt: skip
+        "essays": "public-domain books stand in for Paul Graham's essays" if not settings.essays else None,
+    }
+    for flag, path in files.items():
+        if path:
+            data[flag] = {"path": path, "sha256": file_sha256(Path(path))}
+    if settings.qa_data:
+        qa = {n: file_sha256(p) for n in ("squad.json", "hotpotqa.json") if (p := Path(settings.qa_data) / n).is_file()}
+        data["qa_data"] = {"path": settings.qa_data, "sha256": qa}
+    if settings.data_dir:
+        data["data_dir"] = settings.data_dir
+    return data
+
+
+def prepare_ruler(settings: RulerSettings, progress: bool = True) -> list[Path]:
+    """--prepare-only: write every (task, length)'s instances in RULER's layout under --write-data; no weights."""
+    from ..models import load_tokenizer, model_options
+
+    spec = settings.tokenizer or settings.model
+    options = model_options(spec, settings.model_args)
+    count = token_counter(load_tokenizer(spec, **options))
+    inputs = ruler_inputs(settings)
+    written = []
+    for name in settings.task_names:
+        spec_ = load_ruler_task(name, settings.include_path)
+        for length in settings.lengths:
+            records = generate_instances(spec_, count, length, settings.num_samples, settings.seed, inputs)
+            written.append(write_instances(settings.write_data, length, name, records))
+    return written
+
+
+def run_ruler(settings: RulerSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
+    """Run RULER for every task and length; write and return the report (rank 0; None on the other ranks)."""
+    specs = {name: load_ruler_task(name, settings.include_path) for name in settings.task_names}
+    inputs = ruler_inputs(settings) if not settings.data_dir else RulerInputs()
+    data = data_facts(settings, specs)
+
+    def check(lm: StreamingLM) -> dict[str, Any]:
+        longest = max(settings.lengths)
+        if lm.max_context is not None and longest > lm.max_context:
+            raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
+                       f"{format_length(longest)} ({longest:,})",
+                       f"use --lengths up to {lm.max_context:,}")  # fmt: skip
+        if settings.chat_template:
+            chat_prompt(lm, "")
+        return {"bos_effective": prompt_bos(lm, settings.bos, settings.chat_template)}
+
+    reads = [settings.essays, settings.qa_data, settings.english_words, settings.data_dir]
+    with open_run("ruler", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
+                  on_unit=on_unit) as run:  # fmt: skip
+        return _evaluate(run, settings, specs, inputs, data)
+
+
+def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInputs, data: dict) -> dict | None:
+    lm = run.lm
+    bos = prompt_bos(lm, settings.bos, settings.chat_template)
+    encode = prompt_encoder(lm, bos, settings.chat_template)
+    count = token_counter(lm.tokenizer)
+    cache: dict[tuple[str, int], list[dict]] = {}
+
+    def instances(task: str, length: int) -> list[dict]:
+        if (task, length) not in cache:
+            cache.clear()  # units go task by task, length by length: keep one set of instances alive
+            if settings.data_dir:
+                cache[task, length] = read_instances(settings.data_dir, length, task, settings.num_samples)
+            else:
+                records = generate_instances(specs[task], count, length, settings.num_samples, settings.seed, inputs)
+                if settings.write_data and run.ctx.is_main:
+                    write_instances(settings.write_data, length, task, records)
+                cache[task, length] = records
+        return cache[task, length]
+
+    def compute(unit: tuple[str, int, int]) -> dict[str, Any]:
+        task, length, sample = unit
+        spec, record = specs[task], instances(task, length)[sample]
+        ids, text, _ = encode(record["input"], record["answer_prefix"])
+        (answer,), _ = generate_branches(lm, [ids], lm.init_state(1), spec["tokens_to_generate"], [], False)
+        return {"task": task, "length": length, "sample": sample, "prompt_tokens": len(ids),
+                "outputs": record["outputs"], "prediction": answer.text,
+                "score": needle_score(spec["metric"], answer.text, record["outputs"]),
+                "stop_reason": answer.stop_reason, "token_position_answer": record.get("token_position_answer"),
+                "prompt_head": text[:HEAD], "prompt_tail": text[-HEAD:]}  # fmt: skip
+
+    units = [(t, n, i) for t in specs for n in settings.lengths for i in range(settings.num_samples)]
+    records = run.map(units, key=list, compute=compute, unit_name="tokens", weight=lambda u: u[1],
+                      describe=lambda u: f"{u[0][:8]} {format_length(u[1])}")  # fmt: skip
+    if records is None:
+        return None
+    results = ruler_results(records, {t: s["metric"] for t, s in specs.items()}, settings.threshold)
+    effective = {"bos_effective": bos}
+    return run.finish({**asdict(settings), **effective}, data, results, samples=records)
+
+
+def ruler_summary(report: dict[str, Any]) -> str:
+    """RULER's table of a report (what the command prints)."""
+    from ..tables import report_label
+    from .report import ruler_tables
+
+    return ruler_tables([report], [report_label(report, "ruler")])

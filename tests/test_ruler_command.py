@@ -1,0 +1,84 @@
+"""`megaeval ruler` end to end: --prepare-only writes RULER's own instances (byte for byte what RULER's prepare.py
+wrote, tests/fixtures/ruler/reference), --data-dir reads them back, a model given the answers scores 100 on every
+task at every length whether it reads generated or prepared instances, and bad inputs are one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from megaeval.cli import app
+from megaeval.commands.ruler import RulerSettings, prepare_ruler, run_ruler
+from megaeval.errors import MegaevalError
+from megaeval.tasks.ruler_data import instances_path, read_instances
+from megaeval_testing.oracle import save_oracle
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ruler"
+INPUTS = {"essays": str(FIXTURES / "inputs" / "essays.json"), "qa_data": str(FIXTURES / "inputs")}
+TASKS = "niah_single_1,niah_multikey_2,fwe,qa_1"
+
+
+def test_prepare_only_writes_what_rulers_prepare_wrote(tmp_path):
+    result = CliRunner().invoke(app, ["ruler", "--prepare-only", "--tokenizer", "embedded:transformer-tiny",
+                                      "--write-data", str(tmp_path), "--lengths", "1K", "--num-samples", "2",
+                                      "--tasks", "niah_single_2,cwe,qa_2", "--essays", INPUTS["essays"],
+                                      "--qa-data", INPUTS["qa_data"]])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for task in ("niah_single_2", "cwe", "qa_2"):
+        expected = gzip.decompress((FIXTURES / "reference" / "hf" / "1024" / task / "validation.jsonl.gz").read_bytes())
+        assert instances_path(tmp_path, 1024, task).read_bytes() == expected, task
+
+
+def test_a_model_given_the_answers_scores_100_everywhere_from_generated_or_prepared_instances(tmp_path):
+    data = tmp_path / "data"
+    common = dict(tasks=TASKS, lengths="3K,4K", num_samples=2, **INPUTS)
+    prepare_ruler(RulerSettings(tokenizer=str(save_oracle(tmp_path / "bare")), prepare_only=True,
+                                write_data=str(data), **common))  # fmt: skip
+    answers = []
+    for task in TASKS.split(","):
+        for length in (3072, 4096):
+            for r in read_instances(data, length, task):
+                answers.append((r["input"] + r["answer_prefix"], " " + ", ".join(r["outputs"])))
+    oracle = str(save_oracle(tmp_path / "oracle", answers=answers))
+    generated = run_ruler(RulerSettings(model=oracle, out=str(tmp_path / "g.json"), samples=str(tmp_path / "g.jsonl"),
+                                        **common), progress=False)  # fmt: skip
+    prepared = run_ruler(RulerSettings(model=oracle, out=str(tmp_path / "p.json"), data_dir=str(data),
+                                       tasks=TASKS, lengths="3K,4K", num_samples=2), progress=False)  # fmt: skip
+    for report in (generated, prepared):
+        results = report["results"]
+        assert {t: [r["score"] for r in v["lengths"]] for t, v in results["tasks"].items()} == {
+            t: [100.0, 100.0] for t in TASKS.split(",")}  # fmt: skip
+        assert results["average"] == 100.0 and results["effective_length"] == 4096
+    rows = [json.loads(line) for line in (tmp_path / "g.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * 2 * 2 and all(r["score"] == 1.0 for r in rows)
+    assert all(r["prompt_tokens"] + load_budget(r["task"]) <= r["length"] + 1 for r in rows)  # + BOS
+    table = CliRunner().invoke(app, ["report", str(tmp_path / "g.json")]).output
+    assert "effective length 4K" in table and "100.00" in table
+
+
+def load_budget(task: str) -> int:
+    from megaeval.tasks.ruler_spec import load_ruler_task
+
+    return load_ruler_task(task)["tokens_to_generate"]
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    qa_only = dict(tasks="qa_1", lengths="1K", num_samples=1, prepare_only=True, write_data=str(tmp_path / "w"),
+                   tokenizer="embedded:transformer-tiny")  # fmt: skip
+    with pytest.raises(MegaevalError, match=r"squad\.json.*--qa-data"):
+        prepare_ruler(RulerSettings(**qa_only))
+    with pytest.raises(MegaevalError, match=r"--prepare-only writes instances and nothing else; pass --write-data"):
+        RulerSettings(prepare_only=True)
+    with pytest.raises(MegaevalError, match=r"niah_single_1.*256"):
+        prepare_ruler(RulerSettings(**{**qa_only, "tasks": "niah_single_1", "lengths": "256"}))
+    path = instances_path(tmp_path / "d", 1024, "vt")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"input": "x", "outputs": ["a"], "length": 10}) + "\n")
+    with pytest.raises(MegaevalError, match=r"validation\.jsonl line 1: `answer_prefix` is missing"):
+        read_instances(tmp_path / "d", 1024, "vt")
+    with pytest.raises(MegaevalError, match=r"no 2048/vt/validation\.jsonl"):
+        read_instances(tmp_path / "d", 2048, "vt")
