@@ -205,7 +205,8 @@ def _same_runs(tmp_path, argv: list[str], tol: float = 1e-5) -> dict:
     ("embedded:transformer-tiny", "float32", "nq_open,triviaqa,arc_easy,winogrande", "12"),
     ("embedded:transformer-tiny", "float64", "nq_open,arc_easy,winogrande", "12"),
     ("embedded:mamba2-tiny", "float32", "nq_open,triviaqa,arc_easy,winogrande", "12"),
-    ("embedded:transformer-tiny", "float32", "mmlu", "1"),  # 57 subjects: batches span several few-shot blocks
+    pytest.param("embedded:transformer-tiny", "float32", "mmlu", "1",
+                 marks=pytest.mark.slow),  # 57 subjects: batches span several few-shot blocks
 ])  # fmt: skip
 def test_academic_in_batches_equals_one_at_a_time(tmp_path, model, dtype, tasks, limit):
     from megaeval_testing import REPO

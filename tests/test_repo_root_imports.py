@@ -131,6 +131,7 @@ def test_info_on_an_hf_model(hf_run):
         assert fact in out, out
 
 
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_ppl_sweep_under_torchrun_equals_one_process(hf_run, tmp_path):
     """`torchrun --standalone --nproc-per-node 2 -m megaeval ppl-sweep` (gloo, 1 thread a rank) in the repository
     root: the report's numbers equal a sweep run here in one process."""

@@ -10,7 +10,7 @@ scripts/data/synthetic/{niah,variable_tracking,common_words_extraction,qa}.py an
 says so where it does:
 
 - `sent_tokenize`: NLTK's Punkt splitter (`nltk.tokenize.sent_tokenize`, English) with the parameters shipped in
-  megaeval/assets/nltk_data (never downloaded; NLTK's search path is left alone);
+  data_prep/nltk_data (never downloaded; NLTK's search path is left alone);
 - `wonderwords_words`: the word lists of the installed `wonderwords` package, read as RULER reads them;
 - `essay_words`: RULER's essay haystack, `re.sub(r"\\s+", " ", essay).split(" ")`;
 - `read_essays`, `books_essay_text`, `qa_json`: the input files (RULER's PaulGrahamEssays.json, the public-domain
@@ -55,7 +55,7 @@ class RulerInputs:
 def nltk_data_dir() -> Path:
     """The NLTK data folder shipped with megaeval (tokenizers/punkt_tab/english only): what NLTK_DATA points at when
     RULER's own scripts run offline."""
-    return Path(str(resources.files("megaeval").joinpath("assets", "nltk_data")))
+    return Path(str(resources.files("megaeval.data_prep").joinpath("nltk_data")))
 
 
 @functools.lru_cache(maxsize=1)

@@ -83,6 +83,7 @@ def test_ppl_sweep_data_parallel_is_bit_identical_and_chunk_parallel_within_1e12
         assert abs(b["nll_sum"] - a["nll_sum"]) <= 1e-12 * abs(a["nll_sum"])
 
 
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_scrolls_and_academic_on_two_ranks_equal_one_process(sweep_inputs, tmp_path):
     model = ["--model", str(sweep_inputs[0]), "--dtype", "float64"]
     scrolls = ["scrolls", *model, "--tasks", "qmsum", "--data-dir", str(SAMPLES / "scrolls"), "--limit", "3",
@@ -148,6 +149,7 @@ def test_a_failure_on_one_rank_ends_every_rank_promptly_with_one_line(sweep_inpu
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_a_bad_flag_stops_both_ranks_under_torchrun(sweep_inputs, tmp_path):
     ckpt, stream = sweep_inputs
     began = time.monotonic()
@@ -162,6 +164,7 @@ def test_a_bad_flag_stops_both_ranks_under_torchrun(sweep_inputs, tmp_path):
                               "`megaeval ppl-sweep --help`" for r in (0, 1)], misspelt.stderr  # fmt: skip
 
 
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_resume_after_killing_two_ranks_on_any_world_size(sweep_inputs, tmp_path):
     ckpt, stream = sweep_inputs
     args = sweep_args(ckpt, stream, tmp_path / "r.json", "--lengths", "16,32", "--batch-size", "1")
@@ -199,6 +202,7 @@ def test_needle_on_two_ranks_equals_one_process_data_and_chunk_parallel(sweep_in
     assert numbers(tmp_path / "cp.json") == numbers(tmp_path / "one.json")
 
 
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_needle_transformer_sharing_each_prompt_over_two_ranks_equals_one_process(tmp_path):
     args = ["needle", "--model", "embedded:transformer-tiny", "--task", "passkey", "--lengths", "256,512",
             "--depths", "0,100", "--max-new-tokens", "4", "--dtype", "float64"]  # fmt: skip

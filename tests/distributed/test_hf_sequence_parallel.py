@@ -294,6 +294,7 @@ def test_ppl_sweep_chunk_parallel_2_equals_one_process_with_windows(llama_dir, t
             assert abs(x["mean_nll"] - y["mean_nll"]) <= 1e-10 * abs(x["mean_nll"])
 
 
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_scrolls_and_academic_chunk_parallel_2_equal_one_process(llama_dir, tmp_path):
     """torchrun, --chunk-parallel 2, float64, against one process (run here): SCROLLS prompts of ~4K tokens read
     sliced and greedy answers on the sharded cache give the same samples file (predictions, prompt sizes,
