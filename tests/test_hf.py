@@ -146,6 +146,7 @@ def test_info_table_for_an_hf_model(llama_dir):
     assert facts["state_bytes_per_sequence"] == 2 * 2 * 2 * 8 * MAX_CONTEXT * 4
 
 
+@pytest.mark.slow  # long: run with -m slow
 def test_info_json_is_pure_json_and_loading_is_silent(llama_dir, tmp_path):
     """transformers' "Loading weights" bar and deprecation warnings must not reach the terminal."""
     import json

@@ -1099,6 +1099,7 @@ def test_a_plot_into_a_missing_folder_and_onto_a_null_device(base, cli, tmp_path
     assert null.is_symlink() and Path("/dev/null").is_char_device()
 
 
+@pytest.mark.slow  # long: run with -m slow
 def test_stdout_on_a_full_device_is_one_line(base, tmp_path: Path):
     import subprocess
     import sys

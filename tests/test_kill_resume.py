@@ -219,6 +219,7 @@ def world(tmp_path_factory, sp_model, cli) -> World:
     return World(tmp_path_factory.mktemp("kill-resume"), sp_model, cli)
 
 
+@pytest.mark.slow  # determinism of whole runs; kill/resume tests compare with fresh runs too
 @pytest.mark.parametrize("name", list(FAST))
 def test_two_fresh_runs_agree(world: World, name: str, tmp_path: Path):
     job = FAST[name]

@@ -271,17 +271,18 @@ def settings(tmp_path, model, **kw) -> NeedleSettings:
 
 
 def test_a_model_given_the_answer_scores_one_everywhere(tmp_path):
-    report = run_needle(settings(tmp_path, save_oracle(tmp_path / "oracle"), lengths="1536,2K"), progress=False)
+    oracle = save_oracle(tmp_path / "oracle")
+    report = run_needle(settings(tmp_path, oracle, lengths="1536,2K", samples_per_cell=1), progress=False)
     results = report["results"]
     assert results["average"] == 1.0
     for task in list_tasks("needle"):
-        assert results[task]["accuracy"] == 1.0 and results[task]["n"] == 2 * 3 * 2
+        assert results[task]["accuracy"] == 1.0 and results[task]["n"] == 1 * 3 * 2
         assert {(c["length"], c["depth"]) for c in results[task]["cells"]} == {(n, d) for n in (1536, 2048)
                                                                                for d in (0, 50, 100)}  # fmt: skip
-        assert all(c["accuracy"] == 1.0 and c["n"] == 2 for c in results[task]["cells"])
+        assert all(c["accuracy"] == 1.0 and c["n"] == 1 for c in results[task]["cells"])
         assert results[task]["tokens_read"] < results[task]["tokens_naive"]  # the haystack read once per sample
     rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
-    assert len(rows) == 9 * 12
+    assert len(rows) == 9 * 6
     for row in rows:
         assert row["score"] == 1.0 and row["prompt_tokens"] <= row["length"] - 120
         assert {"task", "length", "depth", "prompt_tokens", "needle_token_offset", "answer", "prediction",
@@ -332,6 +333,7 @@ def test_predictions_do_not_depend_on_the_schedule(tmp_path):
     assert read_naive == sum(len(p) for p in prompts) and read_shared == read_naive - 100  # the start P1 shares with P2
 
 
+@pytest.mark.slow  # long: run with -m slow
 def test_memory_of_a_state_carrying_model_is_flat_from_4k_to_64k(tmp_path):
     peaks, states = [], []
     for length in ("4K", "64K"):

@@ -174,6 +174,7 @@ def test_embedded_mamba2_equals_transformers_reading_of_it() -> None:
     torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-8 * want.abs().max())
 
 
+@pytest.mark.slow  # long: run with -m slow
 def test_academic_and_scrolls_run_the_embedded_mamba2(tmp_path: Path) -> None:
     """The commands run a recurrent model unchanged: batched choices from a repeated state, carried-state decoding."""
     from typer.testing import CliRunner
