@@ -21,7 +21,7 @@ from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..scoring.generate import generate_branches, parse_batch_size, rows_per_batch
-from ..scoring.requests import bos_policy, chat_prompt, prompt_bos, prompt_encoder
+from ..scoring.requests import bos_policy, check_prompts, prompt_bos, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
 from ..tasks.needle_haystack import book_files, haystack_folder
@@ -107,15 +107,7 @@ def run_needle(settings: NeedleSettings, progress: bool = True, on_unit=None) ->
     data = _data(settings, specs)
 
     def check(lm: StreamingLM) -> dict[str, Any]:
-        longest = max(settings.lengths)
-        if lm.max_context is not None and longest > lm.max_context:
-            raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
-                       f"{format_length(longest)} ({longest:,})",
-                       f"use --lengths up to {lm.max_context:,} (--chunk-parallel spreads a long KV cache over ranks, "
-                       "but a model cannot read past its max_context)")  # fmt: skip
-        if settings.chat_template:
-            chat_prompt(lm, "")  # refuses a tokenizer without a chat template now
-        return {"bos_effective": prompt_bos(lm, settings.bos, settings.chat_template)}
+        return check_prompts(lm, settings.lengths, settings.bos, settings.chat_template)
 
     reads = [settings.haystack] if any(words.values()) else []
     with open_run("needle", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,

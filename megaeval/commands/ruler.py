@@ -22,7 +22,7 @@ from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..scoring.generate import generate_branches
-from ..scoring.requests import bos_policy, chat_prompt, prompt_bos, prompt_encoder
+from ..scoring.requests import bos_policy, check_prompts, prompt_bos, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
 from ..tasks.ruler_data import generate_instances, read_instances, write_instances
@@ -136,14 +136,7 @@ def run_ruler(settings: RulerSettings, progress: bool = True, on_unit=None) -> d
     data = data_facts(settings, specs)
 
     def check(lm: StreamingLM) -> dict[str, Any]:
-        longest = max(settings.lengths)
-        if lm.max_context is not None and longest > lm.max_context:
-            raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
-                       f"{format_length(longest)} ({longest:,})",
-                       f"use --lengths up to {lm.max_context:,}")  # fmt: skip
-        if settings.chat_template:
-            chat_prompt(lm, "")
-        return {"bos_effective": prompt_bos(lm, settings.bos, settings.chat_template)}
+        return check_prompts(lm, settings.lengths, settings.bos, settings.chat_template)
 
     reads = [settings.essays, settings.qa_data, settings.english_words, settings.data_dir]
     with open_run("ruler", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import fail
 from ..models.base import StreamingLM
+from ..tables import format_length
 from .loglik import Prefix, score_pair_sets, score_pairs
 
 BOS_POLICIES = ("auto", "always", "never")
@@ -185,6 +186,20 @@ def chat_prompt(lm: StreamingLM, user_text: str) -> str:
 
 # (task text, answer prefix) -> (the ids the model reads, the whole prompt's text, where the task text starts in it)
 Encoder = Callable[[str, str], tuple[np.ndarray, str, int]]
+
+
+def check_prompts(lm: StreamingLM, lengths: list[int], policy: str, chat: bool) -> dict[str, bool]:
+    """Refuse, before any work, prompts of `lengths` a fixed-context model cannot read and --chat-template for a
+    tokenizer without a template; return the BOS the prompts will start with (what a run records)."""
+    longest = max(lengths)
+    if lm.max_context is not None and longest > lm.max_context:
+        raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
+                   f"{format_length(longest)} ({longest:,})",
+                   f"use --lengths up to {lm.max_context:,} (--chunk-parallel spreads a long KV cache over ranks, "
+                   "but a model cannot read past its max_context)")  # fmt: skip
+    if chat:
+        chat_prompt(lm, "")  # refuses a tokenizer without a chat template now
+    return {"bos_effective": prompt_bos(lm, policy, chat)}
 
 
 def prompt_bos(lm: StreamingLM, policy: str, chat: bool) -> bool:

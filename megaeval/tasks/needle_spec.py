@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import fail
 from ..metrics.needle import METRICS
-from .specs import load_spec, task_files
+from .specs import check_fields, load_spec
 
 KINDS = ("passkey", "ruler_niah")
 HAYSTACKS = ("noise", "essay", "needle")
@@ -39,9 +39,7 @@ FIELDS = {
 
 def load_needle_task(name: str, include_paths: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
     """A needle task's definition (suites/needle/NAME.yaml, or NAME.yaml of an --include-path folder), checked."""
-    spec = load_spec("needle", name, include_paths)
-    check_needle_spec(spec, str(task_files("needle", include_paths)[name]))
-    return spec
+    return load_spec("needle", name, include_paths, check_needle_spec)
 
 
 def check_needle_spec(spec: dict[str, Any], where: str) -> None:
@@ -53,12 +51,7 @@ def check_needle_spec(spec: dict[str, Any], where: str) -> None:
     kind = spec.get("kind")
     if kind not in KINDS:
         raise bad("kind", f"is {kind!r}; it must be one of {', '.join(KINDS)}")
-    unknown = sorted(set(spec) - set(FIELDS[kind]))
-    if unknown:
-        raise bad(unknown[0], f"is not a field of a {kind} task (fields: {', '.join(FIELDS[kind])})")
-    missing = [f for f in FIELDS[kind] if f not in spec]
-    if missing:
-        raise bad(missing[0], "is missing")
+    check_fields(spec, FIELDS[kind], f"a {kind} task", bad)
     if not isinstance(spec["task"], str) or not spec["task"]:
         raise bad("task", "must be a non-empty name")
     if spec["metric"] not in tuple(METRICS):

@@ -8,7 +8,7 @@ import string
 from typing import Any
 
 from ..errors import fail
-from .specs import load_spec, task_files
+from .specs import check_fields, load_spec
 
 METRICS = ("string_match_all", "string_match_part")
 HAYSTACKS = {"niah": ("noise", "essay", "needle"), "variable_tracking": ("noise", "essay")}
@@ -35,9 +35,7 @@ FIELDS = ("task", "kind", "args", "tokens_to_generate", "template", "answer_pref
 
 def load_ruler_task(name: str, include_paths: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
     """A RULER task's definition (suites/ruler/NAME.yaml, or NAME.yaml of an --include-path folder), checked."""
-    spec = load_spec("ruler", name, include_paths)
-    check_ruler_spec(spec, str(task_files("ruler", include_paths)[name]))
-    return spec
+    return load_spec("ruler", name, include_paths, check_ruler_spec)
 
 
 def check_ruler_spec(spec: dict[str, Any], where: str) -> None:
@@ -46,12 +44,7 @@ def check_ruler_spec(spec: dict[str, Any], where: str) -> None:
     def bad(field: str, rule: str) -> Exception:
         return fail(f"RULER task file {where}: `{field}` {rule}", "fix the task file (suites/ruler/ has examples)")
 
-    unknown = sorted(set(spec) - set(FIELDS))
-    if unknown:
-        raise bad(unknown[0], f"is not a field of a RULER task (fields: {', '.join(FIELDS)})")
-    missing = [f for f in FIELDS if f not in spec]
-    if missing:
-        raise bad(missing[0], "is missing")
+    check_fields(spec, FIELDS, "a RULER task", bad)
     kind = spec["kind"]
     if not isinstance(kind, str) or kind not in ARGS:
         raise bad("kind", f"is {kind!r}; it must be one of {', '.join(ARGS)}")

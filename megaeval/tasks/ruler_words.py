@@ -36,16 +36,6 @@ FWE_STEPS = 32  # fwe steps its word count by a 32nd of the budget
 _BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798, -174611 / 330)
 
 
-def generate(
-    spec: dict[str, Any], count_tokens: TokenCounter, max_seq_length: int, num_samples: int, seed: int,
-    inputs: RulerInputs,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """RULER's records for a cwe or fwe task, by the spec's kind."""
-    if spec["kind"] == "freq_words_extraction":
-        return generate_fwe(spec, count_tokens, max_seq_length, num_samples, seed, inputs)
-    return generate_cwe(spec, count_tokens, max_seq_length, num_samples, seed, inputs)
-
-
 # cwe ---------------------------------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ in one line naming the file; what each field must hold is the suite's to check (
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,12 @@ def list_tasks(suite: str, include_paths: tuple[str, ...] | list[str] = ()) -> l
     return list(task_files(suite, include_paths))
 
 
-def load_spec(suite: str, task: str, include_paths: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+def load_spec(
+    suite: str, task: str, include_paths: tuple[str, ...] | list[str] = (),
+    check: Callable[[dict[str, Any], str], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The definition of one task of a suite (`include: FILE` first merges in a file that several tasks share, from
-    the task file's folder or else the suite's; the task's own keys win)."""
+    the task file's folder or else the suite's; the task's own keys win), checked by `check(spec, file)` if given."""
     files = task_files(suite, include_paths)
     if task not in files:
         raise fail(f"unknown {suite} task {task!r}", f"choose from: {', '.join(files)}")
@@ -60,7 +64,21 @@ def load_spec(suite: str, task: str, include_paths: tuple[str, ...] | list[str] 
         seen.append(shared.name)
         spec = {**_read_yaml(shared), **spec}
     spec.setdefault("task", task)
+    if check is not None:
+        check(spec, str(path))
     return spec
+
+
+def check_fields(
+    spec: dict[str, Any], fields: tuple[str, ...], what: str, bad: Callable[[str, str], Exception]
+) -> None:  # fmt: skip
+    """Refuse a task definition with a field that is not one of `fields` (a typo, say), or without one of them."""
+    unknown = sorted(set(spec) - set(fields))
+    if unknown:
+        raise bad(unknown[0], f"is not a field of {what} (fields: {', '.join(fields)})")
+    missing = [f for f in fields if f not in spec]
+    if missing:
+        raise bad(missing[0], "is missing")
 
 
 def spec_sha256(suite: str, task: str, include_paths: tuple[str, ...] | list[str] = ()) -> str:
