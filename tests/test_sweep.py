@@ -115,6 +115,7 @@ def test_sweep_matches_an_independent_per_segment_computation(setup64, tmp_path)
         assert row["segments"] == n // row["context_length"] and row["tokens"] == n
 
 
+@pytest.mark.slow  # long (both schedules over a whole sweep): run with -m slow
 def test_shared_and_naive_schedules_agree(setup64, tmp_path):
     ckpt, stream = setup64
     shared = sweep(stream, ckpt, tmp_path, "a.json", lengths="4,8,16,32", dtype="float64", batch_size=2)
