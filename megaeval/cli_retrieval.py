@@ -79,7 +79,8 @@ def needle(
         samples_per_cell=samples_per_cell, seed=seed, max_new_tokens=max_new_tokens, haystack=haystack,
         include_path=include_path or [], chat_template=chat_template, schedule=schedule, batch_size=batch_size,
         bos=bos, device=device, dtype=dtype, kernels=kernels, chunk_parallel=chunk_parallel,
-        dist_timeout=dist_timeout, out=out, samples=samples, resume=resume,
+        dist_timeout=dist_timeout, out=out,
+        samples=samples, resume=resume,
     )  # fmt: skip
     report = run_needle(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)
@@ -119,6 +120,9 @@ def ruler(
     include_path: Annotated[
         list[str] | None, typer.Option(help="Folder of your own RULER task files; repeatable.")
     ] = None,
+    batch_size: Annotated[
+        str, typer.Option(help="Instances of one task and length decoded together: auto or a number.")
+    ] = "auto",
     bos: BosOpt = "auto",
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "float32",
@@ -138,8 +142,9 @@ def ruler(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, lengths=lengths, num_samples=num_samples,
         seed=seed, essays=essays, qa_data=qa_data, english_words=english_words, data_dir=data_dir,
         write_data=write_data, prepare_only=prepare_only, tokenizer=tokenizer, chat_template=chat_template,
-        threshold=threshold, include_path=include_path or [], bos=bos, device=device, dtype=dtype, kernels=kernels,
-        chunk_parallel=chunk_parallel, dist_timeout=dist_timeout, out=out, samples=samples, resume=resume,
+        threshold=threshold, include_path=include_path or [], batch_size=batch_size, bos=bos, device=device,
+        dtype=dtype, kernels=kernels, chunk_parallel=chunk_parallel, dist_timeout=dist_timeout, out=out,
+        samples=samples, resume=resume,
     )  # fmt: skip
     if prepare_only:
         written = prepare_ruler(settings, progress=progress)

@@ -29,6 +29,11 @@ def error_line(message: str) -> None:
     _line_to_stderr(f"error: {_own_rank(' '.join(str(message).split()))}\n")
 
 
+def note_line(message: str) -> None:
+    """A note for the user on stderr (not a result, not an error), as one line."""
+    _line_to_stderr(f"{' '.join(str(message).split())}\n")
+
+
 def interrupted_line(message: str = "interrupted") -> None:
     """The line an interrupted command ends with (after Ctrl-C or SIGTERM), naming this rank under a launch."""
     _line_to_stderr(f"{_own_rank(' '.join(message.split()))}\n")

@@ -18,6 +18,14 @@ def format_length(n: int) -> str:
     return str(n)
 
 
+def format_duration(seconds: float) -> str:
+    """42 -> '42 s', 754 -> '12.6 min', 9000 -> '2.5 h', 300000 -> '3.5 days'."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def format_value(value: float) -> str:
     """A number with 4 significant-ish digits; large integers as integers."""
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1000):

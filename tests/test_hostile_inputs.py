@@ -615,6 +615,9 @@ ACAD = ("academic --model {ckpt} --tasks arc_easy --data-dir {adata} --limit 2 -
         "--no-progress")  # fmt: skip
 NEEDLE = ("needle --model {ckpt} --task niah_single_2 --lengths 512 --depths 0,100 --max-new-tokens 2 --out {out} "
           "--samples {samples} --no-progress")  # fmt: skip
+RULER = ("ruler --model {ckpt} --tasks niah_single_1 --lengths 1K --num-samples 1 --out {out} --samples {samples} "
+         "--no-progress")  # fmt: skip
+RULER_PREP = "ruler --prepare-only --tokenizer {ckpt} --tasks qa_1 --lengths 1K --num-samples 1 --write-data {work}/w"
 PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)) * 8
 LATIN1 = "Le café était très animé. Émile arriva à l'heure.\n".encode("latin-1")
 
@@ -944,6 +947,31 @@ CASES = [
     Case("academic/batch-size-not-a-number", ACAD + " --batch-size many", r"--batch-size 'many'"),
     Case("needle/length-past-max-context", NEEDLE.replace("{ckpt}", "embedded:transformer-tiny").replace("512", "1K"),
          r"max_context 512.*--lengths"),
+    # ---- ruler: missing or broken inputs, impossible lengths and settings
+    Case("ruler/essays-missing", RULER + " --essays {work}/PaulGrahamEssays.json",
+         r"--essays .*PaulGrahamEssays\.json: no such file"),
+    Case("ruler/essays-not-json", RULER.replace("niah_single_1", "niah_single_2") + " --essays {work}/e.json",
+         r"e\.json", make_file("e.json", "<html>not json</html>")),
+    Case("ruler/qa-files-missing", RULER_PREP + " --qa-data {work}", r"squad\.json.*--qa-data"),
+    Case("ruler/qa-file-not-squad", RULER_PREP + " --qa-data {work}/qa", r"squad\.json",
+         make_file("qa/squad.json", '{"version": "v2.0", "rows": []}')),
+    Case("ruler/prepared-instance-without-answer-prefix", RULER + " --data-dir {work}/data",
+         r"validation\.jsonl line 1: `answer_prefix` is missing",
+         make_file("data/1024/niah_single_1/validation.jsonl", '{"input": "x", "outputs": ["1"], "length": 9}\n')),
+    Case("ruler/prepared-length-a-text", RULER + " --data-dir {work}/data", r"`length` is '9', not a whole number",
+         make_file("data/1024/niah_single_1/validation.jsonl",
+                   '{"input": "x", "outputs": ["1"], "length": "9", "answer_prefix": " A:"}\n')),
+    Case("ruler/prepared-length-missing", RULER + " --data-dir {work}/data", r"no 1024/niah_single_1/validation",
+         make_file("data/2048/niah_single_1/validation.jsonl", "")),
+    Case("ruler/length-below-the-template", RULER.replace("1K", "256"), r"niah_single_1 does not fit in 256 tokens"),
+    Case("ruler/num-samples-zero", RULER.replace("--num-samples 1", "--num-samples 0"), r"--num-samples"),
+    Case("ruler/unknown-task", RULER.replace("niah_single_1", "niah_single_9"), r"niah_single_9"),
+    Case("ruler/prepare-only-without-write-data", RULER + " --prepare-only", r"--write-data"),
+    Case("ruler/batch-size-zero", RULER + " --batch-size 0", r"--batch-size '0'"),
+    Case("ruler/threshold-nan", RULER + " --threshold nan", r"--threshold nan"),
+    Case("ruler/english-words-not-rulers", RULER.replace("niah_single_1", "cwe") + " --english-words {work}/w.json",
+         r"--english-words .*w\.json: not RULER's english_words\.json", make_file("w.json", "[1, 2]")),
+    Case("ruler/chat-template-missing", RULER + " --chat-template", r"chat template"),
 ]
 # fmt: on
 

@@ -1,6 +1,6 @@
 """Kill -9 and resume, black box: an interrupted run, resumed, reports exactly what an uninterrupted run reports.
 
-For ppl-sweep, scrolls, academic and needle (a tiny random MEGALODON, small data):
+For ppl-sweep, scrolls, academic, needle and ruler (a tiny random MEGALODON, small data):
 - the same command run twice from scratch gives the same numbers and the same samples file;
 - a run killed with SIGKILL at a seeded random point of its progress (read from its resume journal
   `OUT.partial.jsonl`: a fingerprint line, then one line per finished unit), then rerun with --resume
@@ -69,6 +69,11 @@ FAST = {
         "needle --model {ckpt} --task passkey,niah_single_2 --lengths 512,1K --depths 0,50,100 --samples-per-cell 2 "
         "--max-new-tokens 4 --no-progress --out {out} --samples {samples}",
     ),
+    "ruler": Job(
+        "ruler",
+        "ruler --model {ckpt} --tasks niah_single_1,fwe --lengths 1K,2K --num-samples 3 --batch-size 2 "
+        "--no-progress --out {out} --samples {samples}",
+    ),
 }
 FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum samples
     "ppl-sweep": Job(
@@ -82,6 +87,7 @@ FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum sample
     ),
     "academic": FAST["academic"],
     "needle": FAST["needle"],
+    "ruler": FAST["ruler"],
 }
 
 

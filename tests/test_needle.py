@@ -22,6 +22,7 @@ from megaeval.tasks.needle_prompts import (
     build_prompts,
     draw_needles,
     haystack_words,
+    needle_token_offset,
     render,
     ruler_question,
     sample_rng,
@@ -207,6 +208,26 @@ def test_the_haystack_fills_each_length_and_no_more(encoder, task, length):
         assert p.text.endswith(("The pass key is", "mentioned in the provided text is",
                                 "mentioned in the provided text are"))  # fmt: skip
         assert p.text[p.needle_char :].startswith(needles.needles[0])
+
+
+@pytest.mark.parametrize("model", ["embedded:megalodon-tiny", "embedded:transformer-tiny"])
+@pytest.mark.parametrize("task", ["passkey", "niah_single_2", "niah_multikey_1", "niah_multikey_2"])
+def test_the_needle_token_offset_is_the_first_token_holding_the_needle(model, task):
+    tokenizer = load_tokenizer(model)
+
+    class Lm:
+        pass
+
+    Lm.tokenizer = tokenizer
+    spec = load_needle_task(task)
+    needles = draw_needles(spec, sample_rng(7, task, 1024, 0))
+    prompts = build_prompts(spec, needles, 1024, [0, 40, 100], 32, prompt_encoder(Lm(), True, False),
+                            haystack_words(spec, None))  # fmt: skip
+    for p in prompts:
+        # naive: the first token whose decoded prefix of the prompt reaches into the needle's characters
+        ids = p.ids.tolist()
+        first = next(k for k in range(1, len(ids)) if len(tokenizer.decode(ids[1 : k + 1])) > p.needle_char)
+        assert needle_token_offset(p, tokenizer.encode, bos=True) == first, (p.depth, first)
 
 
 @pytest.mark.parametrize("task", ["passkey", "niah_single_1", "niah_single_2", "niah_multikey_3"])

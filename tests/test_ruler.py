@@ -122,3 +122,46 @@ def test_results_from_samples_carry_rulers_table_and_report_prints_it(tmp_path):
     path.write_text(json.dumps(broken))
     with pytest.raises(MegaevalError, match=r"results.tasks.vt.lengths holds a length twice"):
         compare([path])
+
+
+def test_plot_draws_each_reports_average_by_length(tmp_path):
+    pytest.importorskip("matplotlib")
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from typer.testing import CliRunner
+
+    from megaeval.cli import app
+    from megaeval.commands.plot_retrieval import ruler_figure
+    from megaeval.metrics.ruler import ruler_results
+
+    reports = []
+    for name, scores in (("a", [1.0, 0.5, 0.0]), ("b", [1.0, 1.0, 0.5])):
+        samples = [{"task": "vt", "length": n, "score": s} for n, s in zip((4096, 8192, 16384), scores, strict=True)]
+        results = ruler_results(samples, {"vt": "string_match_all"}, 60.0)
+        reports.append({"schema_version": 1, "command": "ruler", "model": {"spec": name}, "settings": {},
+                        "data": {}, "results": results})  # fmt: skip
+    fig = ruler_figure(plt, reports, ["a", "b"])
+    lines = [line for line in fig.axes[0].get_lines() if line.get_label() in ("a (effective 4K)", "b (effective 8K)")]
+    assert [list(line.get_xdata()) for line in lines] == [[4096, 8192, 16384]] * 2
+    assert [list(line.get_ydata()) for line in lines] == [[100.0, 50.0, 0.0], [100.0, 100.0, 50.0]]
+    assert lines[0].get_marker() != lines[1].get_marker()  # told apart without colour
+    assert [list(line.get_ydata()) for line in fig.axes[0].get_lines() if line.get_linestyle() == "--"] == [[60.0] * 2]
+    plt.close(fig)
+    paths = []
+    for report in reports:
+        paths.append(tmp_path / f"{report['model']['spec']}.json")
+        paths[-1].write_text(json.dumps(report))
+    svg = tmp_path / "ruler.svg"
+    result = CliRunner().invoke(app, ["plot", *map(str, paths), "--out", str(svg)])
+    assert result.exit_code == 0, result.output
+    assert "RULER: average of 1 tasks by length" in svg.read_text()
+    sweep = tmp_path / "sweep.json"
+    rows = [{"context_length": 4096, "ppl": 9.0, "nll_sum": 1.0}]
+    sweep.write_text(json.dumps({"schema_version": 1, "command": "ppl-sweep", "model": {"spec": "m"}, "data": {},
+                                 "results": {"lengths": rows}}))  # fmt: skip
+    mixed = CliRunner().invoke(app, ["plot", str(sweep), str(paths[0]), "--out", str(svg)])
+    assert mixed.exit_code == 2 and "'ppl-sweep' report, and a ruler report is among the others" in mixed.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,23 @@ def test_bad_inputs_are_one_line(tmp_path):
         read_instances(tmp_path / "d", 1024, "vt")
     with pytest.raises(MegaevalError, match=r"no 2048/vt/validation\.jsonl"):
         read_instances(tmp_path / "d", 2048, "vt")
+
+
+def test_the_cost_line_counts_the_instances_and_tokens_still_to_run(tmp_path, capfd):
+    settings = dict(model="embedded:megalodon-tiny", tasks="niah_single_1,fwe", lengths="1K,2K", num_samples=2,
+                    out=str(tmp_path / "r.json"))  # fmt: skip
+
+    def stop_after_three(done):
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_ruler(RulerSettings(**settings), progress=True, on_unit=stop_after_three)
+    first = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
+    # 2 tasks x (1K + 2K) x 2 samples: 8 instances, 12,288 tokens; at most 2 x 50 + 2 x 128 tokens generated each
+    assert first[0].startswith("ruler: 8 of 8 instances to run, 12,288 prompt tokens to read (and up to 712 to ")
+    assert re.search(r"reading takes about \d+ s at [\d,]+ tokens/s per model copy \(a 1K read", first[0])
+    run_ruler(RulerSettings(**settings, resume=True), progress=True)
+    # 3 done, niah_single_1 1K x 2 and 2K x 1: 5 left, 1 x 2K (niah) + 2 x 1K + 2 x 2K (fwe)
+    again = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
+    assert again[0].startswith("ruler: 5 of 8 instances to run, 8,192 prompt tokens to read (and up to 328 to ")

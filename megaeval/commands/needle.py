@@ -25,7 +25,7 @@ from ..scoring.requests import bos_policy, check_prompts, prompt_bos, prompt_enc
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
 from ..tasks.needle_haystack import book_files, haystack_folder
-from ..tasks.needle_prompts import build_prompts, draw_needles, haystack_words, sample_rng
+from ..tasks.needle_prompts import build_prompts, draw_needles, haystack_words, needle_token_offset, sample_rng
 from ..tasks.needle_results import needle_results
 from ..tasks.needle_spec import load_needle_task
 from ..tasks.specs import list_tasks, parse_tasks, spec_sha256
@@ -142,7 +142,7 @@ def _evaluate(
         peak = group_max(run.ctx.chunk, meter.peak())
         rows = []
         for p, gen in zip(prompts, answers, strict=True):
-            offset = int(bos) + len(lm.tokenizer.encode(p.text[: p.needle_char]))  # as RULER counts it
+            offset = needle_token_offset(p, lm.tokenizer.encode, bos)
             rows.append({
                 "task": task, "id": f"{length}/{p.depth}/{sample}", "length": length, "depth": p.depth,
                 "sample": sample, "prompt_tokens": len(p.ids), "needle_token_offset": offset,

@@ -1,4 +1,5 @@
-"""`megaeval plot`: perplexity against context length (and the per-position NLL curve) from reports.
+"""`megaeval plot`: perplexity against context length (and the per-position NLL curve) from reports; needle
+heatmaps and RULER averages by length (plot_retrieval).
 
 Needs the `plot` extra (matplotlib).
 """
@@ -37,11 +38,12 @@ def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool 
     check_writable(out)
     reports = [load_report(p) for p in paths]
     labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
-    if any(r.get("command") == "needle" for r in reports):
-        return _needle_plot(paths, reports, labels, out, position_curve)
+    for kind in FIGURES:
+        if any(r.get("command") == kind for r in reports):
+            return _retrieval_plot(kind, paths, reports, labels, out, position_curve)
     for p, r in zip(paths, reports, strict=True):
         if r.get("command") != "ppl-sweep":
-            raise fail(f"{p} is a {r.get('command')!r} report", "megaeval plot draws ppl-sweep or needle reports")
+            raise fail(f"{p} is a {r.get('command')!r} report", "plot draws ppl-sweep, needle or ruler reports")
         if position_curve and not r["results"].get("position_curve"):
             raise fail(f"{p} has no results.position_curve", "drop --position-curve, or plot ppl-sweep reports")
     plt = _pyplot()
@@ -64,17 +66,22 @@ def _save(plt: Any, fig: Any, out: Path) -> Path:
     return out
 
 
-def _needle_plot(paths: list, reports: list[dict], labels: list[str], out: Path, position_curve: bool) -> Path:
-    from .plot_needle import needle_figure
+FIGURES = ("needle", "ruler")  # report kinds drawn by plot_retrieval's `<kind>_figure`
+
+
+def _retrieval_plot(
+    kind: str, paths: list, reports: list[dict], labels: list[str], out: Path, position_curve: bool
+) -> Path:
+    from . import plot_retrieval
 
     for p, r in zip(paths, reports, strict=True):
-        if r.get("command") != "needle":
-            raise fail(f"{p} is a {r.get('command')!r} report, and a needle report is among the others",
-                       "plot needle reports together, and ppl-sweep reports together")  # fmt: skip
+        if r.get("command") != kind:
+            raise fail(f"{p} is a {r.get('command')!r} report, and a {kind} report is among the others",
+                       f"plot {kind} reports together, and other kinds apart")  # fmt: skip
     if position_curve:
-        raise fail("--position-curve draws ppl-sweep reports", "drop --position-curve for needle reports")
+        raise fail("--position-curve draws ppl-sweep reports", f"drop --position-curve for {kind} reports")
     plt = _pyplot()
-    return _save(plt, needle_figure(plt, reports, labels), out)
+    return _save(plt, getattr(plot_retrieval, f"{kind}_figure")(plt, reports, labels), out)
 
 
 def _ppl_panel(ax: Any, reports: list[dict], labels: list[str]) -> None:

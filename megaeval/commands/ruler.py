@@ -11,20 +11,24 @@ template with --chat-template) answered greedily with the task's token budget an
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..console import note_line
+from ..distributed import group_max
 from ..errors import fail
 from ..files import file_sha256
 from ..metrics.needle import needle_score
 from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
-from ..scoring.generate import generate_branches
+from ..runs.memory import PeakMemory
+from ..scoring.generate import generate_branches, parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, check_prompts, prompt_bos, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
-from ..tables import format_length
+from ..tables import format_duration, format_length
 from ..tasks.ruler_data import generate_instances, read_instances, write_instances
 from ..tasks.ruler_inputs import RulerInputs, token_counter
 from ..tasks.ruler_spec import load_ruler_task
@@ -32,6 +36,10 @@ from ..tasks.specs import parse_tasks, spec_sha256
 from .needle import HEAD
 
 DEFAULT_RULER_LENGTHS = "4K,8K,16K,32K,64K,128K"
+MEMORY = "peak_memory_bytes"  # per instance: the peak while its batch was read and answered
+STATE = "state_bytes"  # per instance: the largest model state after a prompt of its batch (a KV cache, its shard)
+SECONDS = "seconds"  # per instance: its share of its batch's time
+MEASURED = (MEMORY, STATE, SECONDS)  # in the report's per-length rows (with tokens_per_second), not in samples
 
 
 @dataclass(kw_only=True)
@@ -52,20 +60,24 @@ class RulerSettings(RunSettings):
     chat_template: bool = False
     bos: str = "auto"
     threshold: float = DEFAULT_THRESHOLD
+    batch_size: str | int = "auto"  # instances of one (task, length) decoded together; results do not depend on it
     include_path: list[str] = field(default_factory=list)
     out: str = "reports/ruler.json"
     samples: str | None = None
     task_names: list[str] = field(default_factory=list)
 
-    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "write_data")
+    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "write_data", "batch_size")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.bos = bos_policy(self.bos)
+        self.batch_size = parse_batch_size(self.batch_size)
         self.lengths = parse_lengths(self.lengths)
         self.task_names = parse_tasks(self.tasks, "ruler", self.include_path)
         if self.num_samples < 1:
             raise fail(f"--num-samples must be at least 1, got {self.num_samples}")
+        if not 0 <= self.threshold <= 100:  # NaN included
+            raise fail(f"--threshold {self.threshold} is not a score from 0 to 100", "RULER's is 85.6")
         if self.prepare_only and not self.write_data:
             raise fail("--prepare-only writes instances and nothing else", "pass --write-data DIR")
         if self.data_dir and (self.write_data or self.prepare_only):
@@ -150,6 +162,7 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
     encode = prompt_encoder(lm, bos, settings.chat_template)
     count = token_counter(lm.tokenizer)
     cache: dict[tuple[str, int], list[dict]] = {}
+    meter = PeakMemory(lm.device)
 
     def instances(task: str, length: int) -> list[dict]:
         if (task, length) not in cache:
@@ -163,25 +176,70 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
                 cache[task, length] = records
         return cache[task, length]
 
-    def compute(unit: tuple[str, int, int]) -> dict[str, Any]:
-        task, length, sample = unit
-        spec, record = specs[task], instances(task, length)[sample]
-        ids, text, _ = encode(record["input"], record["answer_prefix"])
-        (answer,), _ = generate_branches(lm, [ids], lm.init_state(1), spec["tokens_to_generate"], [], False)
-        return {"task": task, "length": length, "sample": sample, "prompt_tokens": len(ids),
-                "outputs": record["outputs"], "prediction": answer.text,
-                "score": needle_score(spec["metric"], answer.text, record["outputs"]),
-                "stop_reason": answer.stop_reason, "token_position_answer": record.get("token_position_answer"),
-                "prompt_head": text[:HEAD], "prompt_tail": text[-HEAD:]}  # fmt: skip
+    def compute_batch(batch: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+        """Instances' records in order; those of one (task, length) are decoded together, `size` rows at a time."""
+        records = []
+        for task, length in dict.fromkeys((t, n) for t, n, _ in batch):
+            spec, chosen = specs[task], [i for t, n, i in batch if (t, n) == (task, length)]
+            prompts = [encode(r["input"], r["answer_prefix"]) for r in (instances(task, length)[i] for i in chosen)]
+            states: list[int] = []
+            meter.reset()
+            start = time.perf_counter()
+            answers, _ = generate_branches(lm, [ids for ids, _, _ in prompts], lm.init_state(1),
+                                           spec["tokens_to_generate"], [], False,
+                                           lambda state, sizes=states: sizes.append(state.nbytes()), size)  # fmt: skip
+            seconds = (time.perf_counter() - start) / len(chosen)
+            measured = {MEMORY: group_max(run.ctx.chunk, meter.peak()), STATE: group_max(run.ctx.chunk, max(states)),
+                        SECONDS: seconds}  # fmt: skip
+            for i, (ids, text, _), answer in zip(chosen, prompts, answers, strict=True):
+                record = instances(task, length)[i]
+                records.append({
+                    "task": task, "id": f"{length}/{i}", "length": length, "sample": i, "prompt_tokens": len(ids),
+                    "outputs": record["outputs"], "prediction": answer.text,
+                    "score": needle_score(spec["metric"], answer.text, record["outputs"]),
+                    "stop_reason": answer.stop_reason, "token_position_answer": record.get("token_position_answer"),
+                    "prompt_head": text[:HEAD], "prompt_tail": text[-HEAD:], **measured,
+                })  # fmt: skip
+        return records
 
+    # one batch size for every length: the longest length's, so that a batch of the longest prompts fits
+    size = rows_per_batch(lm, settings.batch_size, max(settings.lengths))
     units = [(t, n, i) for t in specs for n in settings.lengths for i in range(settings.num_samples)]
-    records = run.map(units, key=list, compute=compute, unit_name="tokens", weight=lambda u: u[1],
-                      describe=lambda u: f"{u[0][:8]} {format_length(u[1])}")  # fmt: skip
+    announce_cost(run, specs, units)
+    records = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
+                      weight=lambda u: u[1], describe=lambda u: f"{u[0][:8]} {format_length(u[1])}", batch=size,
+                      compute_batch=compute_batch)  # fmt: skip
     if records is None:
         return None
     results = ruler_results(records, {t: s["metric"] for t, s in specs.items()}, settings.threshold)
-    effective = {"bos_effective": bos}
-    return run.finish({**asdict(settings), **effective}, data, results, samples=records)
+    for row in results["lengths"]:
+        mine = [r for r in records if r["length"] == row["length"]]
+        row.update({key: max(r[key] for r in mine) for key in (MEMORY, STATE)}, peak_memory_method=meter.method)
+        row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / max(sum(r[SECONDS] for r in mine), 1e-9)
+    samples = [{k: v for k, v in r.items() if k not in MEASURED} for r in records]  # no measurements
+    effective = {"bos_effective": bos, "batch_size_effective": size}
+    return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
+
+
+def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, int]]) -> None:
+    """With the progress bar, before the work starts, one line on stderr: the instances and prompt tokens still to
+    read, and the time they take at the rate the model reads a prompt of the shortest length now (every rank reads,
+    so that ranks sharing one model under --chunk-parallel stay in step)."""
+    if not run.progress:
+        return
+    lengths = sorted({n for _, n, _ in units})
+    rate_len = min(lengths[0], run.lm.max_context or lengths[0], 4096)
+    rate = read_rate(run.lm, rate_len)
+    if not run.ctx.is_main or run.journal is None:
+        return
+    todo = [u for u in units if list(u) not in run.journal]
+    tokens = sum(n for _, n, _ in todo)
+    seconds = tokens / rate / run.ctx.num_groups
+    slower = "; an attention model reads longer prompts slower" if run.lm.max_context is not None else ""
+    new = sum(specs[t]["tokens_to_generate"] for t, _, _ in todo)
+    note_line(f"ruler: {len(todo):,} of {len(units):,} instances to run, {tokens:,} prompt tokens to read (and up "
+              f"to {new:,} to generate): reading takes about {format_duration(seconds)} at {rate:,.0f} tokens/s "
+              f"per model copy (a {format_length(rate_len)} read, timed now{slower})")  # fmt: skip
 
 
 def ruler_summary(report: dict[str, Any]) -> str:

@@ -173,6 +173,20 @@ def read(
     return require_finite(out[0, -1], "the logits after the prompt"), state
 
 
+def read_rate(lm: StreamingLM, tokens: int) -> float:
+    """Tokens per second the model reads a prompt of `tokens` tokens at (timed after a short warm-up read)."""
+    import time
+
+    ids = np.arange(tokens, dtype=np.int64) % min(lm.tokenizer.vocab_size, 1000)
+    read(lm, ids[: min(tokens, 64)], lm.init_state(1), logits=False)
+    start = time.perf_counter()
+    _, state = read(lm, ids, lm.init_state(1), logits=False)
+    state.nbytes()
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize(lm.device)
+    return tokens / max(time.perf_counter() - start, 1e-9)
+
+
 def branch_prompts(
     lm: StreamingLM, prompts: Sequence[np.ndarray], state: State, shared: bool = True,
     after_prompt: Callable[[State], None] | None = None, counter: list[int] | None = None,

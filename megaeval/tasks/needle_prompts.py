@@ -8,7 +8,7 @@ process. Its depths share one haystack (the same size and text), so prompts of n
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from random import Random
 from typing import Any
@@ -44,6 +44,18 @@ class NeedlePrompt:
     answers: list[str]
     needle_char: int  # where needles[0] starts in `text`
     haystack_units: int  # sentences (passkey), noise lines, distractor needles, or words (essay)
+
+
+def needle_token_offset(prompt: NeedlePrompt, encode_text: Callable[[str], Sequence[int]], bos: bool) -> int:
+    """Where the needle starts in the prompt's ids (BOS counted): the first token the needle's text changes, i.e.
+    the ids of the text before the needle, encoded alone, kept as long as they agree with the prompt's own ids (a
+    SentencePiece tokenizer encodes the space before the needle alone as a trailing "▁", but inside the prompt the
+    space and the needle's first word are one piece). Not RULER's `token_position_answer`, which counts the
+    tokens of the text up to the answer value without BOS (`megaeval ruler` reports that one)."""
+    before = np.asarray(encode_text(prompt.text[: prompt.needle_char]), dtype=np.int64)
+    ids = np.asarray(prompt.ids[int(bos) :], dtype=np.int64)[: len(before)]
+    differ = np.flatnonzero(ids != before[: len(ids)])
+    return int(bos) + (int(differ[0]) if len(differ) else len(ids))
 
 
 def sample_rng(seed: int, task: str, length: int, sample: int) -> Random:

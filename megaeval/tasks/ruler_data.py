@@ -75,12 +75,18 @@ def read_instances(folder: str | Path, length: int, task: str, num_samples: int 
     return records
 
 
+NAMES = {str: "a text", int: "a whole number", list: "a list"}
+
+
 def _check_record(record: Any, path: Path, number: int) -> None:
     if not isinstance(record, dict):
         raise fail(f"{path} line {number} is not a JSON object", "write RULER's records, one per line")
     for field, kind in REQUIRED.items():
-        if not isinstance(record.get(field), kind) or isinstance(record.get(field), bool):
-            raise fail(f"{path} line {number}: `{field}` is missing or not a {kind.__name__}",
+        if field not in record:
+            raise fail(f"{path} line {number}: `{field}` is missing",
+                       "write RULER's records (input, outputs, length, answer_prefix)")  # fmt: skip
+        if not isinstance(record[field], kind) or isinstance(record[field], bool):
+            raise fail(f"{path} line {number}: `{field}` is {record[field]!r:.40}, not {NAMES[kind]}",
                        "write RULER's records (input, outputs, length, answer_prefix)")  # fmt: skip
     outputs = record["outputs"]
     if not outputs or not all(isinstance(o, str) for o in outputs):

@@ -1,5 +1,6 @@
-"""Needle pictures: the familiar heatmap (depth on y, length on a log2 x axis, accuracy as colour), one panel per
-report and task; with several reports, accuracy against length too, one line per report."""
+"""Retrieval pictures. Needle: the familiar heatmap (depth on y, length on a log2 x axis, accuracy as colour), one
+panel per report and task; with several reports, accuracy against length too, one line per report. RULER: the
+13-task average against length, one line (and marker shape) per report, with the effective-length threshold."""
 
 from __future__ import annotations
 
@@ -76,3 +77,37 @@ def _length_lines(ax: Any, panels: list[tuple[dict, str, str]]) -> None:
     ax.set_title("Accuracy vs context length", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+
+
+MARKERS = "osD^vP*Xh<>p"  # a shape per report: lines stay apart without colour
+
+
+def ruler_figure(plt: Any, reports: list[dict], labels: list[str]) -> Any:
+    """RULER's average by length (log2 axis), one line per report, and the threshold as a dashed line."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
+    ticks: set[int] = set()
+    for k, (report, label) in enumerate(zip(reports, labels, strict=True)):
+        results = report["results"]
+        rows = results["lengths"]
+        ticks.update(r["length"] for r in rows)
+        effective = results["effective_length"]
+        shown = f"{label} (effective {format_length(effective) if effective else 'none'})"
+        ax.plot([r["length"] for r in rows], [r["average"] for r in rows], marker=MARKERS[k % len(MARKERS)],
+                label=shown)  # fmt: skip
+    thresholds = sorted({r["results"]["threshold"] for r in reports})
+    for threshold in thresholds:
+        ax.axhline(threshold, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(f"threshold {threshold:g}", (0.01, threshold), xycoords=("axes fraction", "data"),
+                    xytext=(0, 3), textcoords="offset points", fontsize=8, color="grey")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(ticks))
+    ax.set_xticklabels([format_length(t) for t in sorted(ticks)], rotation=45 if len(ticks) > 6 else 0)
+    ax.minorticks_off()
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("sequence length (tokens, generation included)")
+    ax.set_ylabel("average score over tasks")
+    tasks = sorted({len(r["results"]["tasks"]) for r in reports})
+    ax.set_title(f"RULER: average of {'/'.join(map(str, tasks))} tasks by length", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
