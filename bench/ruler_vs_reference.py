@@ -2,7 +2,7 @@
 (tokenizer, length, task).
 
 1. RULER's side: `python -m megaeval.data_prep.ruler_reference` (RULER's pinned scripts, run offline) for each
-   tokenizer into REF/<hf|sp>/, or, with --reference REF where REF/<kind>/ruler_reference.json exists, those files
+   tokenizer into REF/<hf|sp|bpe>/, or, with --reference REF where REF/<kind>/ruler_reference.json exists, those files
    reused (the layout of tests/fixtures/ruler/reference; .jsonl or .jsonl.gz);
 2. megaeval's side: `python -m megaeval ruler --prepare-only` once per (tokenizer, length, task), so that one
    refusal stops nothing else, into a temporary folder (or --megaeval-out DIR);
@@ -39,7 +39,8 @@ TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "
          "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2")  # fmt: skip
 # kind: (RULER's --tokenizer path, megaeval's --tokenizer spec), as in tests/fixtures/ruler/reference
 TOKENIZERS = {"hf": ("megaeval/assets/transformer-tiny", "embedded:transformer-tiny"),
-              "sp": ("megaeval/assets/megalodon-tiny/tokenizer.model", "embedded:megalodon-tiny")}  # fmt: skip
+              "sp": ("megaeval/assets/megalodon-tiny/tokenizer.model", "embedded:megalodon-tiny"),
+              "bpe": ("tests/fixtures/ruler/tokenizer-bpe", "tests/fixtures/ruler/tokenizer-bpe")}  # fmt: skip
 FIELDS = ("input", "outputs", "answer_prefix", "length")
 
 

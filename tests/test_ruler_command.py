@@ -23,15 +23,29 @@ INPUTS = {"essays": str(FIXTURES / "inputs" / "essays.json"), "qa_data": str(FIX
 TASKS = "niah_single_1,niah_multikey_2,fwe,qa_1"
 
 
-def test_prepare_only_writes_what_rulers_prepare_wrote(tmp_path):
-    result = CliRunner().invoke(app, ["ruler", "--prepare-only", "--tokenizer", "embedded:transformer-tiny",
-                                      "--write-data", str(tmp_path), "--lengths", "1K", "--num-samples", "2",
+@pytest.mark.parametrize("kind, tokenizer, length", [
+    ("hf", "embedded:transformer-tiny", 1024),
+    ("bpe", str(FIXTURES / "tokenizer-bpe"), 2048),  # a transformers tokenizer folder that counts differently
+], ids=["hf", "bpe"])  # fmt: skip
+def test_prepare_only_writes_what_rulers_prepare_wrote(tmp_path, kind, tokenizer, length):
+    result = CliRunner().invoke(app, ["ruler", "--prepare-only", "--tokenizer", tokenizer,
+                                      "--write-data", str(tmp_path), "--lengths", str(length), "--num-samples", "2",
                                       "--tasks", "niah_single_2,cwe,qa_2", "--essays", INPUTS["essays"],
                                       "--qa-data", INPUTS["qa_data"]])  # fmt: skip
     assert result.exit_code == 0, result.output
     for task in ("niah_single_2", "cwe", "qa_2"):
-        expected = gzip.decompress((FIXTURES / "reference" / "hf" / "1024" / task / "validation.jsonl.gz").read_bytes())
-        assert instances_path(tmp_path, 1024, task).read_bytes() == expected, task
+        reference = FIXTURES / "reference" / kind / str(length) / task / "validation.jsonl.gz"
+        assert instances_path(tmp_path, length, task).read_bytes() == gzip.decompress(reference.read_bytes()), task
+
+
+def test_prepare_only_refuses_in_one_line_where_ruler_loops(tmp_path):
+    # with the bpe tokenizer 500 essay words (RULER's smallest haystack) do not fit in 1K: RULER's run kept looping
+    result = CliRunner().invoke(app, ["ruler", "--prepare-only", "--tokenizer", str(FIXTURES / "tokenizer-bpe"),
+                                      "--write-data", str(tmp_path), "--lengths", "1K", "--num-samples", "2",
+                                      "--tasks", "niah_single_2", "--essays", INPUTS["essays"]])  # fmt: skip
+    assert result.exit_code != 0
+    assert re.search(r"niah_single_2 does not fit in 1024 tokens: .*loop forever.*use a longer length", result.output)
+    assert not instances_path(tmp_path, 1024, "niah_single_2").exists()
 
 
 def test_a_model_given_the_answers_scores_100_everywhere_from_generated_or_prepared_instances(tmp_path):

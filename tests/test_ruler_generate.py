@@ -1,6 +1,6 @@
 """RULER's generators against RULER itself: the records megaeval generates for a task, length and tokenizer equal,
-byte for byte, those RULER's own prepare.py wrote (tests/fixtures/ruler/reference/<hf|sp>/, its seed, sample count
-and inputs in ruler_reference.json there); and one line, not a hang, where RULER would loop for ever."""
+byte for byte, those RULER's own prepare.py wrote (tests/fixtures/ruler/reference/<hf|sp|bpe>/, its seed, sample
+count and inputs in ruler_reference.json there); and one line, not a hang, where RULER would loop for ever."""
 
 from __future__ import annotations
 
@@ -26,12 +26,15 @@ from megaeval.tasks.ruler_words import cwe_words, generate_cwe, zeta
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ruler"
 REFERENCE = FIXTURES / "reference"
-TOKENIZERS = {"hf": "embedded:transformer-tiny", "sp": "embedded:megalodon-tiny"}
+# hf and sp share one vocabulary (the same counts); bpe, a byte-level BPE of 1,500 tokens, counts differently
+TOKENIZERS = {"hf": "embedded:transformer-tiny", "sp": "embedded:megalodon-tiny",
+              "bpe": str(FIXTURES / "tokenizer-bpe")}  # fmt: skip
 
 
 @functools.cache
 def counter(kind: str):
-    """RULER's token count with the embedded transformers (hf) or sentencepiece (sp, RULER's "nemo") tokenizer."""
+    """RULER's token count with the embedded transformers (hf) or sentencepiece (sp, RULER's "nemo") tokenizer, or
+    the fixture's byte-level BPE (bpe, a transformers folder: RULER's "hf")."""
     return token_counter(load_tokenizer(TOKENIZERS[kind]))
 
 
@@ -49,7 +52,7 @@ def fixture_inputs() -> RulerInputs:
 # cwe, fwe, qa_1, qa_2 ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["hf", "sp"])
+@pytest.mark.parametrize("kind", list(TOKENIZERS))
 @pytest.mark.parametrize("task", ["cwe", "fwe", "qa_1", "qa_2"])
 @pytest.mark.parametrize("length", [1024, 2048, 4096])
 def test_word_and_qa_records_equal_rulers(kind, task, length):
@@ -148,8 +151,9 @@ def test_qa_pre_samples_shift_the_questions_not_the_index():
 
 NIAH_VT = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
            "niah_multivalue", "niah_multiquery", "vt")  # fmt: skip
-# One length per task and tokenizer, for speed: every haystack (noise, needle, essay), both noise steps (below and
-# from 4K), an essay too short for RULER's binary search (1K); `-m slow` runs every case RULER filled
+# One length per task and embedded tokenizer, for speed: every haystack (noise, needle, essay), both noise steps
+# (below and from 4K), an essay too short for RULER's binary search (1K); `-m slow` runs every case RULER filled for
+# them. Every case RULER filled for bpe runs by default (with its own counts, a second check of every haystack)
 QUICK = {
     "hf": {"niah_single_1": 1024, "niah_single_2": 2048, "niah_single_3": 1024, "niah_multikey_1": 1024,
            "niah_multikey_2": 4096, "niah_multikey_3": 2048, "niah_multivalue": 1024, "niah_multiquery": 2048,
@@ -166,10 +170,14 @@ def essay_inputs() -> RulerInputs:
     return RulerInputs(essay_text=json.loads((FIXTURES / "inputs" / "essays.json").read_text(encoding="utf-8"))["text"])
 
 
+def ruler_runs(kind: str) -> list[dict]:
+    """How RULER's reference run for a tokenizer went, per (task, length): "status" ok, timeout or failed."""
+    return json.loads((REFERENCE / kind / "ruler_reference.json").read_text(encoding="utf-8"))["runs"]
+
+
 def ruler_filled(kind: str) -> list[tuple[str, int]]:
     """The (niah or vt task, length) pairs RULER's reference run filled for a tokenizer."""
-    settings = json.loads((REFERENCE / kind / "ruler_reference.json").read_text(encoding="utf-8"))
-    return [(r["task"], r["length"]) for r in settings["runs"] if r["task"] in NIAH_VT and r["status"] == "ok"]
+    return [(r["task"], r["length"]) for r in ruler_runs(kind) if r["task"] in NIAH_VT and r["status"] == "ok"]
 
 
 def assert_niah_vt_equal_rulers(kind: str, task: str, length: int) -> None:
@@ -179,13 +187,14 @@ def assert_niah_vt_equal_rulers(kind: str, task: str, length: int) -> None:
     assert [json.dumps(r) for r in records] == want
 
 
-@pytest.mark.parametrize("kind, task, length", [(k, t, n) for k, cases in QUICK.items() for t, n in cases.items()])
+@pytest.mark.parametrize("kind, task, length", [(k, t, n) for k, cases in QUICK.items() for t, n in cases.items()]
+                         + [("bpe", t, n) for t, n in ruler_filled("bpe")])  # fmt: skip
 def test_niah_and_vt_records_equal_rulers(kind, task, length):
     assert_niah_vt_equal_rulers(kind, task, length)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, task, length", [(k, t, n) for k in TOKENIZERS for t, n in ruler_filled(k)])
+@pytest.mark.parametrize("kind, task, length", [(k, t, n) for k in QUICK for t, n in ruler_filled(k)])
 def test_niah_and_vt_records_equal_rulers_everywhere(kind, task, length):
     assert_niah_vt_equal_rulers(kind, task, length)
 
@@ -201,6 +210,18 @@ def test_lengths_ruler_loops_forever_on_get_one_line(kind, task, length):
     with pytest.raises(MegaevalError, match=pattern) as excinfo:
         generate_instances(load_ruler_task(task), counter(kind), length, 2, 42, essay_inputs())
     assert one_line_error(excinfo).endswith("use a longer length")
+
+
+@pytest.mark.parametrize("kind, task, length", [(k, r["task"], r["length"]) for k in TOKENIZERS for r in ruler_runs(k)
+                                                 if r["status"] != "ok"])  # fmt: skip
+def test_what_rulers_reference_run_could_not_generate_gets_one_line(kind, task, length):
+    # hf, sp: niah_multiquery at 1K; bpe (more tokens per word): every essay task at 1K. RULER kept looping on each
+    inputs = essay_inputs() if task in NIAH_VT else fixture_inputs()
+    with pytest.raises(MegaevalError, match=rf"\b{task}\b.* {length}\b") as excinfo:
+        generate_instances(load_ruler_task(task), counter(kind), length, 2, 42, inputs)
+    message = one_line_error(excinfo)
+    assert message.endswith("use a longer length")
+    assert task not in NIAH_VT or "RULER itself would loop forever" in message
 
 
 @pytest.mark.parametrize("task, change, expected", [
