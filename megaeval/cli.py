@@ -10,15 +10,19 @@ import typer
 
 from .cli_options import (
     BosOpt,
+    ChatTemplateOpt,
     ChunkParallelOpt,
     DeviceOpt,
     DistTimeoutOpt,
     DtypeOpt,
+    FewshotMultiturnOpt,
     KernelsOpt,
     ModelArg,
     ModelArgsOpt,
     ModelOpt,
     NoBosOpt,
+    SystemInstructionOpt,
+    bare_chat_template,
     bos_flag,
     exit_process,
     unescape,
@@ -28,7 +32,16 @@ from .cli_retrieval import needle, ruler
 from .console import echo, error_line, interrupt_on_sigterm, interrupted_line
 from .scoring.sweep_plan import DEFAULT_LENGTHS
 
+
+class _Commands(typer.core.TyperGroup):
+    """megaeval's command group: a bare `--chat-template` (no name) reads as `--chat-template=default`."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201 (click's signature)
+        return super().parse_args(ctx, bare_chat_template(args))
+
+
 app = typer.Typer(
+    cls=_Commands,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -175,6 +188,9 @@ def scrolls(
     batch_size: Annotated[str, typer.Option(help="Examples answered together: auto or N (results do not change).")] = (
         "auto"
     ),
+    chat_template: ChatTemplateOpt = None,
+    system_instruction: SystemInstructionOpt = None,
+    fewshot_as_multiturn: FewshotMultiturnOpt = None,
     bos: BosOpt = "auto",
     no_bos: NoBosOpt = False,
     device: DeviceOpt = "cpu",
@@ -204,7 +220,8 @@ def scrolls(
         stop=None if stop is None else [unescape(s) for s in stop], truncation=truncation, batch_size=batch_size,
         bos=bos_flag(bos, no_bos), device=device, dtype=dtype, kernels=kernels, predictions=predictions,
         allow_partial=allow_partial, out=out, samples=samples, resume=resume, chunk_parallel=chunk_parallel,
-        dist_timeout=dist_timeout,
+        dist_timeout=dist_timeout, chat_template=chat_template, system_instruction=system_instruction,
+        fewshot_as_multiturn=fewshot_as_multiturn,
     )  # fmt: skip
     report = run_scrolls(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)
@@ -239,6 +256,9 @@ def academic(
     batch_size: Annotated[str, typer.Option(help="Documents answered together: auto or N (results do not change).")] = (
         "auto"
     ),
+    chat_template: ChatTemplateOpt = None,
+    system_instruction: SystemInstructionOpt = None,
+    fewshot_as_multiturn: FewshotMultiturnOpt = None,
     bos: BosOpt = "auto",
     no_bos: NoBosOpt = False,
     device: DeviceOpt = "cpu",
@@ -262,7 +282,8 @@ def academic(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, shots=shots, limit=limit,
         data_dir=data_dir, seed=seed, batch_size=batch_size, bos=bos_flag(bos, no_bos), device=device, dtype=dtype,
         kernels=kernels, out=out, samples=samples, resume=resume, chunk_parallel=chunk_parallel,
-        dist_timeout=dist_timeout,
+        dist_timeout=dist_timeout, chat_template=chat_template, system_instruction=system_instruction,
+        fewshot_as_multiturn=fewshot_as_multiturn,
     )  # fmt: skip
     report = run_academic(settings, progress=progress)
     if report is None:  # a rank other than 0: rank 0 reports

@@ -79,6 +79,31 @@ def user_errors(fn):
     return wrapper
 
 
+ChatTemplateOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Render prompts with the model's chat template (a bare flag: its default; or a NAME of its "
+        "several), as lm-eval's --apply_chat_template. Off: base-model prompts."
+    ),
+]
+SystemInstructionOpt = Annotated[
+    str | None, typer.Option(help="A system turn (with --chat-template; before the prompt's text without).")
+]
+FewshotMultiturnOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--fewshot-as-multiturn/--no-fewshot-as-multiturn",
+        help="Exemplars as user/assistant turns (default: on with --chat-template, as lm-eval 0.4).",
+    ),
+]
+
+
+def bare_chat_template(argv: list[str]) -> list[str]:
+    """`--chat-template` without a name (last, or before another option) as `--chat-template=default`."""
+    return [f"{a}=default" if a == "--chat-template" and (k + 1 == len(argv) or argv[k + 1].startswith("-")) else a
+            for k, a in enumerate(argv)]  # fmt: skip
+
+
 ModelOpt = Annotated[
     str | None,
     typer.Option("--model", help="Checkpoint dir, FAMILY:PATH or embedded:NAME; default: embedded:megalodon-tiny."),

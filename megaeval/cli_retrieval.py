@@ -9,6 +9,7 @@ import typer
 
 from .cli_options import (
     BosOpt,
+    ChatTemplateOpt,
     ChunkParallelOpt,
     DeviceOpt,
     DistTimeoutOpt,
@@ -16,6 +17,7 @@ from .cli_options import (
     KernelsOpt,
     ModelArgsOpt,
     ModelOpt,
+    SystemInstructionOpt,
     user_errors,
 )
 from .console import echo
@@ -50,9 +52,8 @@ def needle(
         list[str] | None,
         typer.Option(help="Folder of your own task files (NAME.yaml, checked like the shipped ones); repeatable."),
     ] = None,
-    chat_template: Annotated[
-        bool, typer.Option(help="hf models: the prompt as one user turn of the model's chat template.")
-    ] = False,
+    chat_template: ChatTemplateOpt = None,
+    system_instruction: SystemInstructionOpt = None,
     schedule: Annotated[
         str, typer.Option(help="auto (shared for state-carrying models, naive otherwise), shared or naive.")
     ] = "auto",
@@ -77,7 +78,8 @@ def needle(
     settings = NeedleSettings(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, lengths=lengths, depths=depths,
         samples_per_cell=samples_per_cell, seed=seed, max_new_tokens=max_new_tokens, haystack=haystack,
-        include_path=include_path or [], chat_template=chat_template, schedule=schedule, batch_size=batch_size,
+        include_path=include_path or [], chat_template=chat_template, system_instruction=system_instruction,
+        schedule=schedule, batch_size=batch_size,
         bos=bos, device=device, dtype=dtype, kernels=kernels, chunk_parallel=chunk_parallel,
         dist_timeout=dist_timeout, out=out,
         samples=samples, resume=resume,
@@ -113,7 +115,8 @@ def ruler(
     tokenizer: Annotated[
         str | None, typer.Option(help="--prepare-only: a model spec whose tokenizer counts (default: --model's).")
     ] = None,
-    chat_template: Annotated[bool, typer.Option(help="The task text as one user turn of the chat template.")] = False,
+    chat_template: ChatTemplateOpt = None,
+    system_instruction: SystemInstructionOpt = None,
     threshold: Annotated[float, typer.Option(help="Effective length: averages must exceed it (RULER's 85.6).")] = (
         85.6
     ),
@@ -142,6 +145,7 @@ def ruler(
         model=model, model_args=parse_model_args(model_args), tasks=tasks, lengths=lengths, num_samples=num_samples,
         seed=seed, essays=essays, qa_data=qa_data, english_words=english_words, data_dir=data_dir,
         write_data=write_data, prepare_only=prepare_only, tokenizer=tokenizer, chat_template=chat_template,
+        system_instruction=system_instruction,
         threshold=threshold, include_path=include_path or [], batch_size=batch_size, bos=bos, device=device,
         dtype=dtype, kernels=kernels, chunk_parallel=chunk_parallel, dist_timeout=dist_timeout, out=out,
         samples=samples, resume=resume,

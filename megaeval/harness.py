@@ -12,6 +12,11 @@ Model args: `pretrained` (a megaeval model spec), `dtype`, `device`, any option 
   own disjoint windows of `max_length` tokens (default: the model's max_context, else 2048);
 * `max_gen_toks` (default 256): generation length when a request does not set it.
 
+`--apply_chat_template [NAME]` renders prompts with the tokenizer's chat template (or the named one of several) through
+`megaeval.scoring.chat`, megaeval's one chat renderer, as HFLM renders them; a context that already starts with the
+BOS token's text gets no BOS under bos=auto (as HFLM's tok_encode). A tokenizer without a template (any
+sentencepiece tokenizer) is refused in one line.
+
 The BOS policy, request scoring and generation truncation are `megaeval.scoring.requests`'s, the ones `megaeval
 academic` uses. `loglikelihood` reads every distinct context once and scores each continuation from a clone of its
 state (`score_requests`); `generate_until` decodes greedily on the carried state, a fixed-context model keeping
@@ -22,9 +27,11 @@ splits the documents across them.
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import logging
 import sys
-from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,7 +41,6 @@ from .console import error_line
 
 try:
     from lm_eval.api.model import TemplateLM
-    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 except ImportError:
     _NEEDS = "megaeval.harness needs lm-evaluation-harness; pip install 'megaeval[harness]'"
     if __name__ == "__main__":  # python -m megaeval.harness: one line, like every megaeval command
@@ -45,11 +51,12 @@ from tqdm import tqdm
 
 from .distributed import DistContext, detect_launch, init_distributed
 from .errors import MegaevalError, fail
-from .models import StreamingLM, load_model
-from .scoring.finite import require_finite
-from .scoring.generate import decode_rows, parse_batch_size, prefill, rows_per_batch
-from .scoring.requests import bos_policy, bos_prefix, score_request_pair_sets, truncate_prompt
-from .scoring.windows import parse_window_policy, score_windows
+from .harness_scoring import generate, generate_many, loglikelihoods, rolling_full, rolling_harness  # noqa: F401
+from .models import load_model
+from .scoring.chat import ChatTemplate, chat_bos, select_template
+from .scoring.generate import parse_batch_size, rows_per_batch
+from .scoring.requests import bos_policy, bos_prefix
+from .scoring.windows import parse_window_policy
 
 log = logging.getLogger(__name__)
 
@@ -58,71 +65,6 @@ DEFAULT_MAX_LENGTH = 2048  # the harness's own default (HFLM) for a model withou
 DEFAULT_MAX_GEN_TOKS = 256  # the harness's own default
 
 _JOINED: DistContext | None = None  # the process group this process joined under torchrun, if any
-
-
-def loglikelihoods(lm: StreamingLM, pairs: Sequence[tuple[list[int], list[int]]], progress: bool = False,
-                   batch_size: int = 1) -> list[tuple[float, bool]]:  # fmt: skip
-    """(log-probability, is_greedy) of each (context ids, continuation ids), in the given order.
-
-    Requests are grouped by context: each distinct context is read once and its continuations are
-    scored from clones of its state, so the numbers do not depend on the order of the requests.
-    `batch_size` contexts are scored together (`score_request_pair_sets`: their choices share calls).
-    """
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, (context, _) in enumerate(pairs):
-        groups.setdefault(tuple(context), []).append(i)
-    out: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
-    items, step = list(groups.items()), max(batch_size, 1)
-    chunks = [items[k : k + step] for k in range(0, len(items), step)]
-    for chunk in tqdm(chunks, desc="megaeval loglikelihood", disable=not progress):
-        sets = [([(list(context), list(pairs[i][1])) for i in members], None) for context, members in chunk]
-        for (_, members), scored in zip(chunk, score_request_pair_sets(lm, sets), strict=True):
-            for i, logprob, greedy in zip(members, scored.loglikelihoods, scored.is_greedy, strict=True):
-                out[i] = (logprob, greedy)
-    return out
-
-
-def rolling_full(lm: StreamingLM, ids: list[int], window_policy: str = "disjoint") -> float:
-    """log P(ids[1:] | ids[0]): one pass carrying the state, or `window_policy` windows for a fixed context."""
-    if len(ids) < 2:
-        return 0.0
-    tokens = torch.tensor([ids], dtype=torch.long, device=lm.device)
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    if lm.max_context is None:
-        nll, _ = lm.score(inputs, targets, lm.init_state(1))
-    else:
-        nll = score_windows(lm, inputs, targets, window_policy, lm.max_context)
-    return -float(require_finite(nll, "the NLLs of a document").double().sum())
-
-
-def harness_windows(tokens: list[int], prefix: int, max_length: int) -> list[tuple[list[int], list[int]]]:
-    """The harness's rolling windows of a document: (context, continuation) pairs, disjoint continuations."""
-    return [make_disjoint_window(w) for w in get_rolling_token_windows(tokens, prefix, max_length, 1)]
-
-
-def rolling_harness(lm: StreamingLM, tokens: list[int], prefix: int, max_length: int) -> float:
-    """log P(document) the harness's way: each of its windows read from a fresh state."""
-    total = 0.0
-    for context, continuation in harness_windows(tokens, prefix, max_length):
-        ids = context + continuation
-        targets = [-100] * (len(context) - 1) + continuation  # only the continuation is scored
-        inputs = torch.tensor([ids[:-1]], dtype=torch.long, device=lm.device)
-        nll, _ = lm.score(inputs, torch.tensor([targets], dtype=torch.long, device=lm.device), lm.init_state(1))
-        total -= float(require_finite(nll, "the NLLs of a document window").double().sum())
-    return total
-
-
-def generate(lm: StreamingLM, ids: list[int], until: list[str], max_gen_toks: int) -> str:
-    """Greedy continuation of `ids` on the carried state, cut at the first `until` string (or EOS)."""
-    return generate_many(lm, [ids], until, max_gen_toks)[0]
-
-
-def generate_many(lm: StreamingLM, prompts: list[list[int]], until: list[str], max_gen_toks: int,
-                  batch_size: int = 1) -> list[str]:  # fmt: skip
-    """`generate` for several prompts, decoded `batch_size` at a time (each gets what it gets alone)."""
-    kept = [truncate_prompt(ids, lm.max_context, max_gen_toks)[0] for ids in prompts]  # as the harness truncates
-    rows = (prefill(lm, ids, lm.init_state(1)) for ids in kept)
-    return [g.text for g in decode_rows(lm, rows, max_gen_toks, until, batch_size)]
 
 
 def _device(device: str | None) -> str:
@@ -188,6 +130,7 @@ class MegaevalLM(TemplateLM):
         if self.model.max_context is not None and self._max_length > self.model.max_context:
             raise fail(f"max_length {self._max_length} exceeds the model's max_context {self.model.max_context}")
         self.max_gen_toks = int(max_gen_toks)
+        self._chat: ChatTemplate | None = None  # the template prompts render with, once lm-eval asks for one
 
     # ---------------------------------------------------------------------------- what lm-eval asks
 
@@ -253,8 +196,61 @@ class MegaevalLM(TemplateLM):
                 "model": self.model.describe(), "options": self.model.options(), "bos": self.bos,
                 "bos_tokens": self.bos_tokens, "rolling": self.rolling, "window_policy": self.window_policy,
                 "max_length": self.max_length, "max_context": self.model.max_context,
+                "chat_template": self._chat.facts() if self._chat is not None else None,
             }
         }  # fmt: skip
+
+    # ---------------------------------------------------------------------------- chat (--apply_chat_template)
+
+    @property
+    def tokenizer_name(self) -> str:
+        """The tokenizer in lm-eval's request-cache keys: its folder's (and file's) name, its content checksum and its
+        chat templates' checksum, so a changed tokenizer or template never reads another's cached prompts."""
+        facts = self.model.tokenizer.describe()
+        path = Path(str(facts.get("path") or "tokenizer"))  # a folder, or a file (tokenizer.model, a GGUF) in one
+        name = f"{path.parent.name}__{path.name}" if path.is_file() else path.name
+        name += f"-{str(facts.get('sha256'))[:16]}"
+        templates = getattr(getattr(self.model.tokenizer, "tok", None), "chat_template", None)
+        if templates:
+            name += "-chat-" + hashlib.sha256(json.dumps(templates, sort_keys=True).encode()).hexdigest()[:16]
+        return name
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """lm-eval's selection: None when off; True the tokenizer's template (or the "default" of several), a name one
+        of several (a name for a single template is ignored with a warning, as lm-eval does). Prompts render with it."""
+        if chat_template is False or chat_template is None:
+            return None
+        self._chat = self._select(None if isinstance(chat_template, bool) else str(chat_template))
+        return self._chat.text
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The turns as the chat template writes them (`megaeval.scoring.chat`): a generation prompt, or the final
+        assistant turn continued; a template that raises on a system turn is tried again without it (as HFLM)."""
+        if self._chat is None:
+            self._chat = self._select(None)
+        dropped = self._chat.system_dropped
+        try:
+            text = self._chat.render([dict(turn) for turn in chat_history], add_generation_prompt)
+        except MegaevalError as e:
+            raise MegaevalError(_harness_flag(str(e))) from None
+        if self._chat.system_dropped and not dropped:
+            log.warning("the chat template %r cannot render a system turn: rendering without it", self._chat.name)
+        return text
+
+    def _select(self, name: str | None) -> ChatTemplate:
+        templates = getattr(getattr(self.model.tokenizer, "tok", None), "chat_template", None)
+        if name and isinstance(templates, str):
+            log.warning("chat template %r asked for, but the tokenizer has one template without a name: using it", name)
+            name = None
+        try:
+            return select_template(self.model, name)
+        except MegaevalError as e:
+            raise MegaevalError(_harness_flag(str(e))) from None
+
+    def _bos(self, context: str) -> list[int]:
+        """[BOS] or [] before a context, by the bos policy; under auto a context that already starts with the BOS
+        token's text (a chat template that writes it) gets none, as HFLM's tok_encode decides."""
+        return [self.model.tokenizer.bos_id] if chat_bos(self.model, self.bos, context) else []
 
     # ---------------------------------------------------------------------------- requests
 
@@ -263,7 +259,7 @@ class MegaevalLM(TemplateLM):
         """Score ((context, continuation), context ids, continuation ids) requests, BOS by policy."""
         pairs = []
         for (context, _), context_ids, continuation_ids in requests:
-            prefix = self.bos_tokens if context else []  # an empty context already is [prefix_token_id]
+            prefix = self._bos(context) if context else []  # an empty context already is [prefix_token_id]
             pairs.append((prefix + list(context_ids), list(continuation_ids)))
         size = rows_per_batch(self.model, self._rows(), self.model.max_context or DEFAULT_MAX_LENGTH)
         results = loglikelihoods(self.model, pairs, progress=not disable_tqdm and self.rank == 0, batch_size=size)
@@ -297,7 +293,7 @@ class MegaevalLM(TemplateLM):
                 raise fail("megaeval decodes greedily only", "drop do_sample / temperature from the task's gen_kwargs")
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            ids = self.bos_tokens + self.tok_encode(context) if context else [self.prefix_token_id]
+            ids = self._bos(context) + self.tok_encode(context) if context else [self.prefix_token_id]
             asked.append((ids, until, int(kwargs.get("max_gen_toks", self.max_gen_toks))))
         size = rows_per_batch(self.model, self._rows(), self.model.max_context or DEFAULT_MAX_LENGTH)
         out: list[str] = []
@@ -319,6 +315,11 @@ class MegaevalLM(TemplateLM):
         """The harness's batch_size as megaeval's: a number, or auto (also for the harness's auto:N)."""
         text = str(self.batch_size if self.batch_size is not None else "auto")
         return "auto" if text.startswith("auto") else parse_batch_size(text)
+
+
+def _harness_flag(message: str) -> str:
+    """A chat-template error of `megaeval.scoring.chat` in the harness's words (its flag is --apply_chat_template)."""
+    return message.replace("--chat-template", "--apply_chat_template")
 
 
 def register() -> type[MegaevalLM]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -338,3 +339,191 @@ def test_generate_until_in_batches_equals_one_request_at_a_time(spec):
     lm = one.model
     for prompt, k, text in zip(prompts, kwargs, alone, strict=True):
         assert text == generate(lm, one.bos_tokens + lm.tokenizer.encode(prompt), k["until"], k["max_gen_toks"])
+
+
+# ---------------------------------------------------------------------------- chat (--apply_chat_template)
+
+# A template that writes BOS itself and has no system role (it raises on one, as many do).
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system turn') }}"
+    "{% endif %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
+    "{% endif %}"
+)
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def chat_folder(tmp_path_factory) -> Path:
+    """embedded:transformer-tiny with CHAT_TEMPLATE, its tokenizer adding BOS by default (a Llama-style chat model)."""
+    from megaeval.models import ASSETS
+
+    folder = tmp_path_factory.mktemp("chat") / "transformer-tiny-chat"
+    shutil.copytree(ASSETS / "transformer-tiny", folder)
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    tokenizer["post_processor"] = {
+        "type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}},
+    }  # fmt: skip
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": CHAT_TEMPLATE}))
+    return folder
+
+
+def test_chat_methods_render_select_and_encode_as_lm_eval(chat_folder, caplog):
+    lm = MegaevalLM(pretrained=str(chat_folder), dtype="float64", device="cpu")
+    assert lm.bos_tokens == [1]  # the tokenizer adds BOS, so bos=auto does
+    assert lm.chat_template(False) is None and lm.chat_template(None) is None
+    assert lm.chat_template(True) == CHAT_TEMPLATE
+    user, prefix = {"role": "user", "content": "Who wrote Emma?"}, {"role": "assistant", "content": "Answer:"}
+    prompt = lm.apply_chat_template([user])
+    assert prompt == "<s><|user|>\nWho wrote Emma?</s>\n<|assistant|>\n"
+    assert lm.apply_chat_template([user, prefix], add_generation_prompt=False) == (
+        "<s><|user|>\nWho wrote Emma?</s>\n<|assistant|>\nAnswer:"
+    )  # the final assistant turn continued
+    assert lm.apply_chat_template([{"role": "system", "content": "Be brief."}, user]) == prompt  # as HFLM: dropped
+    assert lm.get_model_info()["megaeval"]["chat_template"]["system_turn_dropped"] is True
+    # the template writes BOS: the context is read with that one BOS (HFLM's tok_encode), a plain one gets the policy's
+    (got,) = lm.loglikelihood([request("loglikelihood", prompt, "Austen")])
+    context, continuation = encode_pair(lm.model, prompt, "Austen")
+    assert context[:2] == [1, context[1]] and context[1] != 1
+    assert got == pytest.approx(continuation_logprob(lm.model, context, continuation), abs=1e-9)
+    (plain,) = lm.loglikelihood([request("loglikelihood", "Who wrote Emma?", " Austen")])
+    context, continuation = encode_pair(lm.model, "Who wrote Emma?", " Austen")
+    assert plain == pytest.approx(continuation_logprob(lm.model, [1] + context, continuation), abs=1e-9)
+    # lm-eval's selection among several templates, and a cache name that follows the templates
+    name = lm.tokenizer_name
+    assert name.startswith("transformer-tiny-chat-") and "/" not in name
+    lm.model.tokenizer.tok.chat_template = {"default": CHAT_TEMPLATE, "plain": PLAIN_TEMPLATE}
+    assert lm.tokenizer_name != name
+    assert lm.chat_template(True) == CHAT_TEMPLATE
+    assert lm.chat_template("plain") == PLAIN_TEMPLATE
+    assert lm.apply_chat_template([user, prefix], add_generation_prompt=False) == (
+        "user: Who wrote Emma?\nassistant: Answer:"
+    )
+    with pytest.raises(MegaevalError, match="--apply_chat_template nope: .* no template of that name; use one of: "
+                       "default, plain"):  # fmt: skip
+        lm.chat_template("nope")
+    lm.model.tokenizer.tok.chat_template = {"plain": PLAIN_TEMPLATE}
+    with pytest.raises(MegaevalError, match="no default; name one: --apply_chat_template NAME"):
+        lm.chat_template(True)
+    lm.model.tokenizer.tok.chat_template = CHAT_TEMPLATE
+    assert lm.chat_template("plain") == CHAT_TEMPLATE  # a name for a single template: ignored, with a warning
+    assert "one template without a name" in caplog.text
+    base = MegaevalLM(pretrained="embedded:megalodon-tiny", device="cpu")  # sentencepiece: no chat template
+    assert base.tokenizer_name.startswith("megalodon-tiny__tokenizer.model-")
+    for ask in (lambda: base.chat_template(True), lambda: base.apply_chat_template([user])):
+        with pytest.raises(MegaevalError, match=r"--apply_chat_template: the tokenizer of .*megalodon-tiny has no chat "
+                           r"template; drop --apply_chat_template"):  # fmt: skip
+            ask()
+
+
+def write_chat_tasks(folder: Path) -> Path:
+    """A multiple-choice and a generation task (with a gen_prefix) on three questions, one first-n exemplar each."""
+    docs = [{"q": "Who wrote Emma?", "choices": ["Austen", "Dickens"], "a": 0},
+            {"q": "Which is a colour?", "choices": ["red", "run"], "a": 0},
+            {"q": "Two plus two?", "choices": ["three", "four"], "a": 1}]  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    head = (f"dataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'docs.jsonl'}\n"
+            f"  cache_dir: {folder / 'datasets'}\ntest_split: test\nfewshot_split: test\nnum_fewshot: 1\n"
+            'fewshot_config:\n  sampler: first_n\ndoc_to_text: "{{q}}"\n')  # fmt: skip
+    (folder / "mc.yaml").write_text(
+        f"task: megaeval_chat_mc\n{head}output_type: multiple_choice\ndoc_to_choice: choices\ndoc_to_target: a\n"
+        "metric_list:\n  - metric: acc\n"
+    )
+    (folder / "gen.yaml").write_text(
+        f"task: megaeval_chat_gen\n{head}output_type: generate_until\ndoc_to_target: \"{{{{choices[a]}}}}\"\n"
+        'gen_prefix: "Answer:"\ngeneration_kwargs:\n  until: ["\\n"]\n  max_gen_toks: 4\n  do_sample: false\n'
+        "metric_list:\n  - metric: exact_match\n"
+    )  # fmt: skip
+    return folder
+
+
+def test_apply_chat_template_runs_give_hflm_prompts_and_numbers(chat_folder, tmp_path, monkeypatch):
+    """lm-eval's simple_evaluate with apply_chat_template and fewshot_as_multiturn (and a system instruction the
+    template cannot take): the adapter gets the chat-rendered contexts, scores HFLM's tokens (the template's BOS,
+    none added) and gives HFLM's log-likelihoods, decisions and generations on the same model."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    import megaeval.harness as harness
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    scored: list[tuple[list[int], list[int]]] = []
+
+    def spy(lm, pairs, *args, **kwargs):
+        scored.extend(pairs)
+        return loglikelihoods(lm, pairs, *args, **kwargs)
+
+    monkeypatch.setattr(harness, "loglikelihoods", spy)
+    tasks = TaskManager(include_path=str(write_chat_tasks(tmp_path / "tasks")), include_defaults=False)
+    mine = MegaevalLM(pretrained=str(chat_folder), dtype="float64", device="cpu")
+    theirs = HFLM(pretrained=str(chat_folder), dtype="float64", device="cpu", batch_size=1)
+    runs = [
+        lm_eval.simple_evaluate(
+            model=lm,
+            tasks=["megaeval_chat_mc", "megaeval_chat_gen"],
+            task_manager=tasks,
+            limit=3,
+            apply_chat_template=True,
+            fewshot_as_multiturn=True,
+            system_instruction="Be brief.",
+            log_samples=True,
+        )
+        for lm in (mine, theirs)
+    ]
+    turn = "<|user|>\n{}</s>\n<|assistant|>\n{}"
+    ask = ["Who wrote Emma?", "Which is a colour?", "Two plus two?"]
+    shot = [turn.format(ask[1], "{}red</s>\n")] + [turn.format(ask[0], "{}Austen</s>\n")] * 2  # first-n, not itself
+    mc, gen = (
+        sorted(runs[0]["samples"][t], key=lambda s: s["doc_id"]) for t in ("megaeval_chat_mc", "megaeval_chat_gen")
+    )
+    assert [s["arguments"][0][0] for s in mc] == [
+        "<s>" + shot[i].format("") + turn.format(ask[i], "") for i in range(3)
+    ]  # the system turn dropped: the template has no system role
+    assert [s["arguments"][0][0] for s in gen] == [
+        "<s>" + shot[i].format("Answer: ") + turn.format(ask[i], "Answer:") for i in range(3)
+    ]  # gen_prefix: the final assistant turn continued
+    assert mc[0]["arguments"][0][0] == (
+        "<s><|user|>\nWhich is a colour?</s>\n<|assistant|>\nred</s>\n<|user|>\nWho wrote Emma?</s>\n<|assistant|>\n"
+    )  # one of them written out whole
+    assert [[arg[1] for arg in s["arguments"]] for s in mc] == [
+        ["Austen", "Dickens"],
+        ["red", "run"],
+        ["three", "four"],
+    ]
+    pairs = [arg for s in mc for arg in s["arguments"]]
+    assert sorted(pair[0] for pair in scored) == sorted(
+        theirs._encode_pair(context, choice)[0] for context, choice in pairs
+    )
+    assert all(ids[:1] == [1] and ids[1] != 1 for ids, _ in scored)  # the template's BOS, none added
+    for task in ("megaeval_chat_mc", "megaeval_chat_gen"):
+        a, b = (sorted(run["samples"][task], key=lambda s: s["doc_id"]) for run in runs)
+        assert [s["arguments"] for s in a] == [s["arguments"] for s in b]
+        if task == "megaeval_chat_mc":
+            got = [r[0][0] for s in a for r in s["resps"]]
+            assert got == pytest.approx([r[0][0] for s in b for r in s["resps"]], abs=1e-9)
+            assert [s["acc"] for s in a] == [s["acc"] for s in b]
+        else:
+            assert [s["resps"] for s in a] == [s["resps"] for s in b]
+    assert runs[0]["config"]["megaeval"]["chat_template"]["system_turn_dropped"] is True
+
+
+@pytest.mark.integration
+def test_apply_chat_template_without_a_template_is_one_line_and_exit_code_2(tmp_path):
+    tasks = write_chat_tasks(tmp_path / "tasks")
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaeval.harness", "--model", "megaeval", "--model_args",
+         "pretrained=embedded:megalodon-tiny", "--device", "cpu", "--tasks", "megaeval_chat_mc",
+         "--include_path", str(tasks), "--limit", "1", "--apply_chat_template"],
+        capture_output=True, text=True, env={**ENV, "HF_HOME": str(tmp_path / "hf")}, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("error: --apply_chat_template: the tokenizer of megalodon:") and line.endswith(
+        "megalodon-tiny has no chat template; drop --apply_chat_template (a base model reads the prompt as it is)"
+    )

@@ -972,6 +972,14 @@ CASES = [
     Case("ruler/english-words-not-rulers", RULER.replace("niah_single_1", "cwe") + " --english-words {work}/w.json",
          r"--english-words .*w\.json: not RULER's english_words\.json", make_file("w.json", "[1, 2]")),
     Case("ruler/chat-template-missing", RULER + " --chat-template", r"chat template"),
+    # ---- chat flags, the same in every command
+    Case("academic/chat-template-missing", ACAD + " --chat-template", r"--chat-template: the tokenizer of .* has no "
+         r"chat template; drop --chat-template"),
+    Case("academic/chat-template-name-on-a-model-without", ACAD + " --chat-template tool_use", r"has no chat template"),
+    Case("academic/fewshot-as-multiturn-without-a-template", ACAD + " --fewshot-as-multiturn",
+         r"--fewshot-as-multiturn puts exemplars in chat turns, but no --chat-template is given"),
+    Case("scrolls/chat-template-missing", SMODEL + " --chat-template", r"has no chat template"),
+    Case("needle/system-instruction-empty", NEEDLE + " --system-instruction ' '", r"--system-instruction is empty"),
 ]
 # fmt: on
 

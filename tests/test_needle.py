@@ -15,6 +15,7 @@ from megaeval.commands.needle import NeedleSettings, parse_depths, run_needle
 from megaeval.errors import MegaevalError
 from megaeval.metrics.needle import first_integer_match, needle_score, postprocess, string_match_all
 from megaeval.models import load_model, load_tokenizer
+from megaeval.scoring.chat import ChatFormat, select_template
 from megaeval.scoring.requests import prompt_encoder
 from megaeval.tasks.needle_haystack import RULER_DEPTHS, split_sentences
 from megaeval.tasks.needle_prompts import (
@@ -185,7 +186,7 @@ def encoder(request):
     class Lm:  # the encoder needs a tokenizer only
         tokenizer = load_tokenizer(request.param)
 
-    return prompt_encoder(Lm(), bos=True, chat=False)
+    return prompt_encoder(Lm(), bos=True)
 
 
 @pytest.mark.parametrize("task", ["passkey", "niah_single_1", "niah_single_2", "niah_multikey_2", "niah_multivalue"])
@@ -221,7 +222,7 @@ def test_the_needle_token_offset_is_the_first_token_holding_the_needle(model, ta
     Lm.tokenizer = tokenizer
     spec = load_needle_task(task)
     needles = draw_needles(spec, sample_rng(7, task, 1024, 0))
-    prompts = build_prompts(spec, needles, 1024, [0, 40, 100], 32, prompt_encoder(Lm(), True, False),
+    prompts = build_prompts(spec, needles, 1024, [0, 40, 100], 32, prompt_encoder(Lm(), True),
                             haystack_words(spec, None))  # fmt: skip
     for p in prompts:
         # naive: the first token whose decoded prefix of the prompt reaches into the needle's characters
@@ -387,11 +388,17 @@ def test_chat_template_is_refused_without_one_and_wraps_the_prompt_with_one(tmp_
     assert result.exit_code == 2 and "has no chat template" in result.output
 
     lm = load_model("embedded:transformer-tiny")
-    lm.tokenizer.tok.chat_template = "<user>{{ messages[0]['content'] }}</user><bot>"
-    encode = prompt_encoder(lm, bos=False, chat=True)
+    turn = "<{{ m.role }}>{{ m.content }}</{{ m.role }}>"
+    lm.tokenizer.tok.chat_template = "{% for m in messages %}" + turn + "{% endfor %}<bot>"
+    encode = prompt_encoder(lm, False, ChatFormat("default"), select_template(lm, "default"))
     ids, whole, start = encode("Find it.", " The pass key is")
     assert whole == "<user>Find it.</user><bot> The pass key is" and whole[start:].startswith("Find it.")
     assert ids.tolist() == lm.tokenizer.encode(whole)
+    instructed = ChatFormat("default", "Be exact.")
+    _, whole, start = prompt_encoder(lm, False, instructed, select_template(lm, None))("Find it.", " The pass key is")
+    assert whole == "<system>Be exact.</system><user>Find it.</user><bot> The pass key is" and start == 32
+    _, plain, _ = prompt_encoder(lm, False, ChatFormat(None, "Be exact."))("Find it.", " The pass key is")
+    assert plain == "Be exact.Find it. The pass key is"  # base mode: lm-eval joins the turns' texts as they are
 
 
 def test_report_prints_a_depth_by_length_table_and_plot_draws_heatmaps(tmp_path):

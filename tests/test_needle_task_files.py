@@ -13,7 +13,8 @@ import yaml
 from megaeval.commands.needle import NeedleSettings
 from megaeval.errors import MegaevalError
 from megaeval.models import load_tokenizer
-from megaeval.scoring.requests import chat_prompt, prompt_encoder
+from megaeval.scoring.chat import ChatFormat, select_template
+from megaeval.scoring.requests import prompt_encoder
 from megaeval.tasks.needle_haystack import book_words, split_sentences
 from megaeval.tasks.needle_prompts import build_prompts, draw_needles, haystack_words, render, sample_rng
 from megaeval.tasks.needle_spec import check_needle_spec, load_needle_task
@@ -161,7 +162,7 @@ def test_the_haystack_is_the_largest_that_fits_at_every_depth(task, length):
     class Lm:
         tokenizer = load_tokenizer("embedded:megalodon-tiny")
 
-    encode = prompt_encoder(Lm(), bos=False, chat=False)
+    encode = prompt_encoder(Lm(), bos=False)
     spec = load_needle_task(task)
     words = haystack_words(spec, None)
     depths, new = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100], 10
@@ -180,8 +181,9 @@ def test_a_chat_template_that_does_not_render_is_one_line():
         tokenizer = load_tokenizer("embedded:transformer-tiny")
 
     Lm.tokenizer.tok.chat_template = "{% for m in messages %}{{ m.content }{% endfor %}"
-    with pytest.raises(MegaevalError, match=r"the chat template of hf:tiny cannot be rendered \(TemplateSyntaxError"):
-        chat_prompt(Lm(), "hello")
+    template = select_template(Lm(), "default")
+    with pytest.raises(MegaevalError, match=r"the chat template 'default' cannot be rendered \(TemplateSyntaxError"):
+        prompt_encoder(Lm(), False, ChatFormat("default"), template)("hello", "")
 
 
 @pytest.mark.parametrize("flags, match", [

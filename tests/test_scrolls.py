@@ -16,7 +16,7 @@ from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
 from megaeval.metrics.scrolls import scrolls_scores
 from megaeval.scoring.generate import greedy_generate, prefill
 from megaeval.tasks import scrolls_evaluate
-from megaeval.tasks.scrolls_docs import Example, fit_few_shot, fit_prompt, group_examples, split_input
+from megaeval.tasks.scrolls_docs import Example, PromptForm, fit_few_shot, fit_prompt, group_examples, split_input
 from megaeval.tasks.scrolls_docs import render_prompt as render
 from megaeval.tokenizers import SentencePieceTokenizer
 from megaeval_testing import AUSTEN, REPO
@@ -68,7 +68,7 @@ def test_truncation_drops_document_tokens_only(sp_model, mode):
     ex = Example("a", "Who is Sir Walter Elliot?", document, ["a baronet"])
     template = "{CONTEXT} Q: {QUESTION} A:"
     full = tok.encode(render(template, ex))
-    ids, dropped = fit_prompt(lm, template, ex, 300, mode)
+    ids, dropped = fit_prompt(lm, PromptForm(template), ex, 300, mode)
     assert len(ids) <= 300 and dropped == len(full) - len(ids) and dropped > 0
     text = tok.decode(ids)
     assert text.endswith(" Q: Who is Sir Walter Elliot? A:")  # question and cue survive
@@ -77,7 +77,7 @@ def test_truncation_drops_document_tokens_only(sp_model, mode):
         assert body.startswith(document[:40])
     if mode in ("middle", "left"):
         assert body.endswith(document[-30:])
-    assert fit_prompt(lm, template, ex, None, mode) == (full, 0)
+    assert fit_prompt(lm, PromptForm(template), ex, None, mode) == (full, 0)
 
 
 @pytest.fixture
@@ -375,7 +375,8 @@ def test_few_shot_fit_gives_each_document_an_equal_share(sp_model, mode):
     text = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")
     long, short = Example("a", "Who is Anne?", text[:3000], ["Anne"]), Example("b", "Where?", text[3000:3100], ["Bath"])
     template, reserve = "{CONTEXT} Q: {QUESTION} A:", 12
-    fit = fit_few_shot(tok, template, [long, short], [tok.bos_id], 600, 50, mode, reserve)
+    form = PromptForm(template, [long, short])
+    fit = fit_few_shot(tok, form, [tok.bos_id], 600, 50, mode, reserve)
     shown, kept = tok.decode(fit.ids[1:]), f" Q: Who is Anne? A: Anne\n\n{short.document} Q: Where? A: Bath\n\n"
     assert fit.ids[0] == tok.bos_id and shown.endswith(kept)  # every question, answer and joiner; the short one whole
     fixed = 1 + len(tok.encode(" Q: Who is Anne? A: Anne\n\n Q: Where? A: Bath\n\n"))
@@ -387,7 +388,7 @@ def test_few_shot_fit_gives_each_document_an_equal_share(sp_model, mode):
     short_doc = len(tok.encode(short.document))
     assert len(fit.ids) <= fixed + share + short_doc + 2  # the long one got its share (± joining)
     assert fit.budget == 550 - len(fit.ids) >= reserve + share + (share - short_doc) - 2  # the short one's rest
-    assert fit_few_shot(tok, template, [long, short], [tok.bos_id], None, 50, mode, 0).ids == naive  # unlimited
+    assert fit_few_shot(tok, form, [tok.bos_id], None, 50, mode, 0).ids == naive  # unlimited
 
 
 # ---- bad input refused at the boundary (issue 23, D): exit 2, one error line naming the field and the fix, no

@@ -23,13 +23,15 @@ the sentencepiece Llama-style families (MEGALODON, RFA). The effective choice is
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 from ..errors import fail
 from ..runs import Run, RunSettings, open_run
+from ..scoring.chat import ChatFlags, chat_bos, select_template
 from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, resolve_bos
+from ..tasks.academic_chat import chat_docs
 from ..tasks.academic_evaluate import FewshotCache, evaluate_choice_docs, evaluate_generations
 from ..tasks.academic_prepare import prepare_academic_task
 from ..tasks.academic_results import academic_results
@@ -40,7 +42,7 @@ DEFAULT_SEED = 1234  # lm-evaluation-harness's fewshot_random_seed (lm_eval/defa
 
 
 @dataclass(kw_only=True)
-class AcademicSettings(RunSettings):
+class AcademicSettings(ChatFlags, RunSettings):
     """Every flag of `megaeval academic`, defaults included (shots None: each task's own default)."""
 
     tasks: str = "all"
@@ -59,6 +61,7 @@ class AcademicSettings(RunSettings):
         super().__post_init__()
         self.bos = bos_policy(self.bos)
         self.batch_size = parse_batch_size(self.batch_size)
+        self.check_chat()
 
 
 def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
@@ -71,17 +74,33 @@ def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None
     data: dict[str, Any] = {}
     prepared = {task: prepare_academic_task(settings, task, data) for task in tasks}  # bad data fails before the model
 
-    def check(lm: Any) -> dict[str, Any]:  # a tokenizer without BOS fails now, not at the first document
-        return {"bos_effective": resolve_bos(lm, settings.bos)}  # a resume must read the same tokens
+    effective: dict[str, Any] = {}
+
+    def check(lm: Any) -> dict[str, Any]:  # a tokenizer without BOS (or a template) fails now, not at a document
+        if not settings.chat.on and not settings.system_instruction:
+            effective["bos_effective"] = resolve_bos(lm, settings.bos)
+            return effective  # a resume must read the same tokens
+        template = select_template(lm, settings.chat_template) if settings.chat.on else None
+        for task, p in prepared.items():
+            prepared[task] = replace(p, docs=chat_docs(p, template, settings.chat))
+        first = next(iter(prepared.values())).docs[0].contexts[0]
+        effective.update(bos_effective=chat_bos(lm, settings.bos, first), chat_template_effective=template and
+                         template.facts())  # fmt: skip
+        return effective  # the template's checksum identifies a resumed run too
 
     with open_run("academic", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
                   check=check, progress=progress, on_unit=on_unit) as run:  # fmt: skip
-        return _evaluate(run, settings, prepared, data)
+        return _evaluate(run, settings, prepared, data, effective)
 
 
-def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) -> dict[str, Any] | None:
+def _prompt_of_first(settings: AcademicSettings, task: Any) -> dict[str, str]:
+    """With a chat template or a system instruction: the rendered prompt of the task's first document."""
+    return {"first_prompt": task.docs[0].contexts[0]} if settings.chat.on or settings.system_instruction else {}
+
+
+def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict, effective: dict) -> dict | None:
     cache = FewshotCache()
-    bos = resolve_bos(run.lm, settings.bos)
+    bos = effective["bos_effective"]
 
     def compute_batch(batch: list[tuple[str, int]]) -> list[dict[str, Any]]:
         """Documents' records in order, a task's documents together: generation documents decoded `size` at a time,
@@ -114,6 +133,6 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict) 
     if records is None:
         return None  # not rank 0
     results = academic_results(prepared, records)
-    per_task = {t: {**p.chosen, "bos": bos} for t, p in prepared.items()}
-    recorded = {**asdict(settings), "bos_effective": bos, "batch_size_effective": size, "per_task": per_task}
+    per_task = {t: {**p.chosen, "bos": bos, **_prompt_of_first(settings, p)} for t, p in prepared.items()}
+    recorded = {**asdict(settings), **effective, "batch_size_effective": size, "per_task": per_task}
     return run.finish(recorded, data, results, samples=records)

@@ -20,8 +20,9 @@ from ..metrics.needle import needle_score
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
+from ..scoring.chat import ChatFlags, select_template
 from ..scoring.generate import generate_branches, parse_batch_size, rows_per_batch
-from ..scoring.requests import bos_policy, check_prompts, prompt_bos, prompt_encoder
+from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
 from ..tasks.needle_haystack import book_files, haystack_folder
@@ -38,7 +39,7 @@ MAX_LENGTH = 16 << 20  # a 16M-token prompt's text, ids and haystack take a few 
 
 
 @dataclass(kw_only=True)
-class NeedleSettings(RunSettings):
+class NeedleSettings(ChatFlags, RunSettings):
     """Every flag of `megaeval needle`, defaults included (lengths and depths as integers once parsed)."""
 
     tasks: str = "passkey"
@@ -49,7 +50,6 @@ class NeedleSettings(RunSettings):
     max_new_tokens: int | None = None  # None: the task's own (passkey 10, RULER 128)
     haystack: str | None = None  # folder of .txt books for RULER's essay haystack; None: the six Austen novels
     include_path: list[str] = field(default_factory=list)  # folders of the user's own task files
-    chat_template: bool = False
     bos: str = "auto"
     schedule: str = "auto"  # auto: shared for state-carrying models, naive for fixed-context ones
     batch_size: str | int = "auto"  # prompts decoded together (see `batch_size_for`); results do not depend on it
@@ -62,6 +62,7 @@ class NeedleSettings(RunSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.bos = bos_policy(self.bos)
+        self.check_chat()
         self.batch_size = parse_batch_size(self.batch_size)
         self.lengths = parse_lengths(self.lengths)
         if self.lengths[-1] > MAX_LENGTH:
@@ -107,7 +108,7 @@ def run_needle(settings: NeedleSettings, progress: bool = True, on_unit=None) ->
     data = _data(settings, specs)
 
     def check(lm: StreamingLM) -> dict[str, Any]:
-        return check_prompts(lm, settings.lengths, settings.bos, settings.chat_template)
+        return check_prompts(lm, settings.lengths, settings.bos, settings.chat)
 
     reads = [settings.haystack] if any(words.values()) else []
     with open_run("needle", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
@@ -119,8 +120,10 @@ def _evaluate(
     run: Run, settings: NeedleSettings, specs: dict[str, dict], max_new: dict[str, int], words: dict, data: dict
 ) -> dict[str, Any] | None:
     lm = run.lm
-    bos = prompt_bos(lm, settings.bos, settings.chat_template)
-    encode = prompt_encoder(lm, bos, settings.chat_template)
+    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    chosen = check_prompts(lm, settings.lengths, settings.bos, settings.chat)  # what `check` recorded
+    bos = chosen["bos_effective"]
+    encode = prompt_encoder(lm, bos, settings.chat, template)
     shared = settings.schedule == "shared" or (settings.schedule == "auto" and lm.max_context is None)
     meter = PeakMemory(lm.device)
 
@@ -169,8 +172,9 @@ def _evaluate(
         results[name].update(max_new_tokens=max_new[name], peak_memory_method=meter.method)
     samples = [row for r in records for row in r["prompts"]]
     batch = {n: rows_per_batch(lm, settings.batch_size, n) for n in settings.lengths}
-    effective = {"bos_effective": bos, "schedule_effective": "shared" if shared else "naive",
-                 "max_new_tokens_effective": max_new, "batch_size_effective": batch}  # fmt: skip
+    effective = {**chosen, "chat_template_effective": template and template.facts(),
+                 "schedule_effective": "shared" if shared else "naive", "max_new_tokens_effective": max_new,
+                 "batch_size_effective": batch}  # fmt: skip
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
 
 

@@ -25,8 +25,9 @@ from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
+from ..scoring.chat import ChatFlags, select_template
 from ..scoring.generate import generate_branches, parse_batch_size, read_rate, rows_per_batch
-from ..scoring.requests import bos_policy, check_prompts, prompt_bos, prompt_encoder
+from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_duration, format_length
 from ..tasks.ruler_data import generate_instances, read_instances, write_instances
@@ -43,7 +44,7 @@ MEASURED = (MEMORY, STATE, SECONDS)  # in the report's per-length rows (with tok
 
 
 @dataclass(kw_only=True)
-class RulerSettings(RunSettings):
+class RulerSettings(ChatFlags, RunSettings):
     """Every flag of `megaeval ruler`, defaults included (RULER's: 500 samples, seed 42, lengths 4K to 128K)."""
 
     tasks: str = "all"
@@ -57,7 +58,6 @@ class RulerSettings(RunSettings):
     write_data: str | None = None  # write the instances in RULER's layout
     prepare_only: bool = False
     tokenizer: str | None = None  # --prepare-only: a model spec whose tokenizer counts (default: --model's)
-    chat_template: bool = False
     bos: str = "auto"
     threshold: float = DEFAULT_THRESHOLD
     batch_size: str | int = "auto"  # instances of one (task, length) decoded together; results do not depend on it
@@ -71,6 +71,7 @@ class RulerSettings(RunSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.bos = bos_policy(self.bos)
+        self.check_chat()
         self.batch_size = parse_batch_size(self.batch_size)
         self.lengths = parse_lengths(self.lengths)
         self.task_names = parse_tasks(self.tasks, "ruler", self.include_path)
@@ -148,7 +149,7 @@ def run_ruler(settings: RulerSettings, progress: bool = True, on_unit=None) -> d
     data = data_facts(settings, specs)
 
     def check(lm: StreamingLM) -> dict[str, Any]:
-        return check_prompts(lm, settings.lengths, settings.bos, settings.chat_template)
+        return check_prompts(lm, settings.lengths, settings.bos, settings.chat)
 
     reads = [settings.essays, settings.qa_data, settings.english_words, settings.data_dir]
     with open_run("ruler", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
@@ -158,8 +159,10 @@ def run_ruler(settings: RulerSettings, progress: bool = True, on_unit=None) -> d
 
 def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInputs, data: dict) -> dict | None:
     lm = run.lm
-    bos = prompt_bos(lm, settings.bos, settings.chat_template)
-    encode = prompt_encoder(lm, bos, settings.chat_template)
+    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    chosen = check_prompts(lm, settings.lengths, settings.bos, settings.chat)  # what `check` recorded
+    bos = chosen["bos_effective"]
+    encode = prompt_encoder(lm, bos, settings.chat, template)
     count = token_counter(lm.tokenizer)
     cache: dict[tuple[str, int], list[dict]] = {}
     meter = PeakMemory(lm.device)
@@ -217,7 +220,7 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
         row.update({key: max(r[key] for r in mine) for key in (MEMORY, STATE)}, peak_memory_method=meter.method)
         row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / max(sum(r[SECONDS] for r in mine), 1e-9)
     samples = [{k: v for k, v in r.items() if k not in MEASURED} for r in records]  # no measurements
-    effective = {"bos_effective": bos, "batch_size_effective": size}
+    effective = {**chosen, "chat_template_effective": template and template.facts(), "batch_size_effective": size}
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
 
 

@@ -14,6 +14,16 @@ rest (the rule: `megaeval.tasks.scrolls_docs`). Answers are greedy, and stop at 
 Examples and prompts: `tasks.scrolls_docs`; choices, examples and exemplars, read before the model loads:
 `tasks.scrolls_prepare`; the prefix and the answers: `tasks.scrolls_evaluate`; scores, and given predictions
 (`--predictions`, no model): `tasks.scrolls_results`. This module wires them to the run skeleton.
+
+Chat models (`scoring.chat`, as lm-evaluation-harness's --apply_chat_template): with `chat_template` each
+example's SCROLLS prompt (its document inside) is the last user turn, after a `system_instruction` turn and, with
+`fewshot_as_multiturn` (on by default with a template), each exemplar as a user turn (its prompt) and an assistant
+turn (its first reference); without it the exemplars are folded into the user turn as plain text. The generation
+prompt follows. Fitting a fixed context counts the template's tokens and the system turn as fixed parts: only
+documents are cut (`tasks.scrolls_docs.PromptForm`). The rendering before the example's prompt is the prefix read
+once. `bos` auto: the tokenizer's default unless the rendered text starts with the BOS text (`bos_effective`).
+The report records the flags, the template's name and sha256 (`chat_template_effective`) and each task's
+`first_prompt`.
 """
 
 from __future__ import annotations
@@ -31,12 +41,13 @@ from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.report import build_report, environment
 from ..runs.run import check_run_outputs
+from ..scoring.chat import ChatFlags, chat_bos, select_template
 from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.loglik import read_prefix
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.data import data_folders
-from ..tasks.scrolls_docs import TRUNCATIONS, Example
-from ..tasks.scrolls_evaluate import evaluate_examples, fit_prefix
+from ..tasks.scrolls_docs import TRUNCATIONS, Example, PromptForm
+from ..tasks.scrolls_evaluate import evaluate_examples, first_prompt, fit_prefix, opening, prompt_form
 from ..tasks.scrolls_prepare import ScrollsTask, prepare_scrolls_task
 from ..tasks.scrolls_results import prediction_results, scrolls_results
 from ..tasks.specs import parse_tasks
@@ -47,7 +58,7 @@ MEASURED = (MEMORY, STATE)  # in the report (largest over examples and over a gr
 
 
 @dataclass(kw_only=True)
-class ScrollsSettings(RunSettings):
+class ScrollsSettings(ChatFlags, RunSettings):
     """Every flag of `megaeval scrolls`, defaults included (None: the task's own default)."""
 
     tasks: str = "narrative_qa,qasper,qmsum"
@@ -73,6 +84,7 @@ class ScrollsSettings(RunSettings):
         super().__post_init__()
         self.bos = bos_policy(self.bos)
         self.batch_size = parse_batch_size(self.batch_size)
+        self.check_chat()
 
 
 def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
@@ -82,6 +94,10 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
         raise fail(f"--predictions scores the predictions in {settings.predictions} without a model, so {given} "
                    "would be ignored", "drop --model and --model-args to score the predictions, or drop "
                    "--predictions to evaluate the model")  # fmt: skip
+    if settings.predictions is not None and (settings.chat_template is not None or settings.system_instruction):
+        given = "--chat-template" if settings.chat_template is not None else "--system-instruction"
+        raise fail(f"--predictions scores the predictions in {settings.predictions} without prompting a model, so "
+                   f"{given} would be ignored", f"drop {given}, or drop --predictions")  # fmt: skip
     if settings.truncation not in TRUNCATIONS:
         raise fail(f"unknown --truncation {settings.truncation!r}", f"use {', '.join(TRUNCATIONS)}")
     if settings.limit is not None and settings.limit < 1:
@@ -96,19 +112,33 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
         check_run_outputs(settings, [*data_folders(settings.data_dir), settings.predictions])
         return _score_predictions(settings, tasks, data)
 
-    def check(lm: StreamingLM) -> dict[str, Any]:  # a tokenizer without BOS fails now, before any example
-        return {"bos_effective": resolve_bos(lm, settings.bos)}  # a resume must read the same tokens
+    forms: dict[str, PromptForm] = {}
+    effective: dict[str, Any] = {}
+
+    def check(lm: StreamingLM) -> dict[str, Any]:  # a tokenizer without BOS (or a template) fails now
+        if not settings.chat.on and not settings.system_instruction:
+            effective["bos_effective"] = resolve_bos(lm, settings.bos)
+            return effective  # a resume must read the same tokens
+        template = select_template(lm, settings.chat_template) if settings.chat.on else None
+        forms.update({name: prompt_form(task, template, settings.chat) for name, task in tasks.items()})
+        name = next(iter(tasks))
+        effective.update(bos_effective=chat_bos(lm, settings.bos, opening(forms[name], tasks[name])),
+                         chat_template_effective=template and template.facts())  # fmt: skip
+        return effective  # the template's checksum identifies a resumed run too
 
     with open_run("scrolls", settings, reads=data_folders(settings.data_dir), fingerprint={"data": data},
                   check=check, progress=progress, on_unit=on_unit) as run:  # fmt: skip
-        return _generate(run, settings, tasks, data)
+        return _generate(run, settings, tasks, data, forms, effective)
 
 
-def _generate(run: Run, settings: ScrollsSettings, tasks: dict[str, ScrollsTask], data: dict) -> dict[str, Any] | None:
+def _generate(
+    run: Run, settings: ScrollsSettings, tasks: dict[str, ScrollsTask], data: dict, forms: dict[str, PromptForm],
+    effective: dict[str, Any],
+) -> dict[str, Any] | None:  # fmt: skip
     lm = run.lm
-    bos = resolve_bos(lm, settings.bos)
+    bos = effective["bos_effective"]
     # tokenizer work only: a prompt that cannot fit fails here, before any example is read
-    fits = {name: fit_prefix(lm, task, bos, settings.truncation) for name, task in tasks.items()}
+    fits = {name: fit_prefix(lm, task, bos, settings.truncation, forms.get(name)) for name, task in tasks.items()}
     prefixes: dict[str, State] = {}  # each task's prefix state, read when its first example comes
     meter = PeakMemory(lm.device)
 
@@ -145,7 +175,10 @@ def _generate(run: Run, settings: ScrollsSettings, tasks: dict[str, ScrollsTask]
         results[name]["peak_memory_method"] = meter.method
     samples = [{k: v for k, v in r.items() if k not in MEASURED} for r in records]  # no measurements
     per_task = {name: {**task.chosen, "context_fit": fits[name].facts} for name, task in tasks.items()}
-    recorded = {**asdict(settings), "bos_effective": bos, "batch_size_effective": size, "per_task": per_task}
+    if forms:  # with a chat template or a system instruction: the first example's prompt as read
+        for name, task in tasks.items():
+            per_task[name]["first_prompt"] = first_prompt(lm, task, fits[name], settings.truncation)
+    recorded = {**asdict(settings), **effective, "batch_size_effective": size, "per_task": per_task}
     return run.finish(recorded, data, results, samples=samples)
 
 

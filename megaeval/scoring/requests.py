@@ -20,44 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..errors import fail
 from ..models.base import StreamingLM
 from ..tables import format_length
+from .bos import BOS_POLICIES, bos_policy, resolve_bos  # noqa: F401  (the commands, harness and tests import them here)
+from .chat import BASE, ChatFormat, ChatTemplate, conversation, render_turns, select_template, writes_bos
 from .loglik import Prefix, score_pair_sets, score_pairs
 
-BOS_POLICIES = ("auto", "always", "never")
 EMPTY_CONTEXT = ("an empty context with bos=False cannot be scored", "keep BOS on (--bos always)")
-
-
-def bos_policy(value: str | bool, what: str = "--bos") -> str:
-    """A BOS policy checked: auto, always or never (True and False, the old flag's values: always, never).
-    `what` names where the value came from in the error (the CLI flag, or the harness's model arg)."""
-    if isinstance(value, bool):
-        return "always" if value else "never"
-    if value not in BOS_POLICIES:
-        raise fail(f"unknown {what} {value!r}", f"use one of: {', '.join(BOS_POLICIES)}")
-    return value
-
-
-def resolve_bos(lm: StreamingLM, policy: str | bool) -> bool:
-    """Whether contexts start with BOS under `policy` (auto, always, never; True/False mean always/never).
-
-    auto follows the model's own convention: a transformers tokenizer's, i.e. BOS only if encoding a text
-    with its special tokens adds one (what transformers users and lm-evaluation-harness's HFLM get by
-    default); sentencepiece Llama-style families (MEGALODON, RFA) add BOS, as Llama 2 and the paper do.
-    """
-    policy = bos_policy(policy)
-    has_bos = lm.tokenizer.bos_id is not None and lm.tokenizer.bos_id >= 0
-    if policy == "never":
-        return False
-    if policy == "always":
-        if not has_bos:
-            raise fail("the model's tokenizer has no BOS token", "pass --bos never (or auto)")
-        return True
-    return has_bos and bool(getattr(lm.tokenizer, "adds_bos", True))
 
 
 def bos_prefix(lm: StreamingLM, policy: str | bool) -> list[int]:
@@ -164,62 +138,49 @@ def score_requests(
     return score_request_pairs(lm, [(context, c) for c in continuations], fewshot)
 
 
-def chat_prompt(lm: StreamingLM, user_text: str) -> str:
-    """`user_text` as one user turn of the model's chat template, ready for the assistant's answer (what RULER's
-    chat templates and lm-evaluation-harness's --apply_chat_template do); refused for a tokenizer without one."""
-    tok = getattr(lm.tokenizer, "tok", None)
-    if not getattr(tok, "chat_template", None):
-        raise fail(f"--chat-template: the tokenizer of {lm.spec} has no chat template",
-                   "drop --chat-template (a base model reads the prompt as it is)")  # fmt: skip
-    try:
-        return tok.apply_chat_template([{"role": "user", "content": user_text}], tokenize=False,
-                                       add_generation_prompt=True)  # fmt: skip
-    except Exception as e:  # jinja2's TemplateError (syntax, undefined names, raise_exception) and ValueError
-        if type(e).__module__.split(".")[0] not in ("jinja2", "transformers") and not isinstance(e, ValueError):
-            raise
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise fail(
-            f"--chat-template: the chat template of {lm.spec} cannot be rendered ({type(e).__name__}: {reason})",
-            "fix the template in its tokenizer_config.json, or drop --chat-template",
-        ) from None
-
-
 # (task text, answer prefix) -> (the ids the model reads, the whole prompt's text, where the task text starts in it)
 Encoder = Callable[[str, str], tuple[np.ndarray, str, int]]
 
 
-def check_prompts(lm: StreamingLM, lengths: list[int], policy: str, chat: bool) -> dict[str, bool]:
+def check_prompts(lm: StreamingLM, lengths: list[int], policy: str, chat: ChatFormat) -> dict[str, Any]:
     """Refuse, before any work, prompts of `lengths` a fixed-context model cannot read and --chat-template for a
-    tokenizer without a template; return the BOS the prompts will start with (what a run records)."""
+    tokenizer without that template; return what the run records: the BOS the prompts start with and the
+    template's name and checksum."""
     longest = max(lengths)
     if lm.max_context is not None and longest > lm.max_context:
         raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
                    f"{format_length(longest)} ({longest:,})",
                    f"use --lengths up to {lm.max_context:,} (--chunk-parallel spreads a long KV cache over ranks, "
                    "but a model cannot read past its max_context)")  # fmt: skip
-    if chat:
-        chat_prompt(lm, "")  # refuses a tokenizer without a chat template now
-    return {"bos_effective": prompt_bos(lm, policy, chat)}
+    template = select_template(lm, chat.template) if chat.on else None
+    probe = render_turns(template, conversation("", fmt=chat), chat.fewshot_as_multiturn) if template else None
+    return {"bos_effective": prompt_bos(lm, policy, probe), "chat_template_effective": template and template.facts()}
 
 
-def prompt_bos(lm: StreamingLM, policy: str, chat: bool) -> bool:
-    """BOS under the policy; with a chat template, auto leaves BOS to the template (it writes its own)."""
-    if chat and policy == "auto":
-        return False
+def prompt_bos(lm: StreamingLM, policy: str, rendered: str | None = None) -> bool:
+    """BOS under the policy; before a chat-rendered prompt, auto adds the tokenizer's default BOS unless the
+    template writes it (lm-eval's tok_encode)."""
+    if rendered is not None and policy == "auto":
+        return resolve_bos(lm, "auto") and not writes_bos(lm, rendered)
     return resolve_bos(lm, policy)
 
 
-def prompt_encoder(lm: StreamingLM, bos: bool, chat: bool) -> Encoder:
+def prompt_encoder(
+    lm: StreamingLM, bos: bool, chat: ChatFormat = BASE, template: ChatTemplate | None = None
+) -> Encoder:
     """How a task text and answer prefix become the ids the model reads: BOS (under the policy), the text (as one
-    user turn with `chat`), then the answer prefix after it (RULER puts it after the model's template)."""
+    user turn of `template`, after the system instruction's turn), then the answer prefix after it (RULER puts it
+    after the model's template). Without a template, a system instruction goes before the text, as lm-eval
+    joins turns in base mode."""
     start = np.asarray([lm.tokenizer.bos_id] if bos else [], dtype=np.int32)
     # a tokenizer that gives an array builds no Python int per token (a 1M-token prompt would leave ~40 MB of them)
     to_array = getattr(lm.tokenizer, "encode_array", None) or (lambda t: np.asarray(lm.tokenizer.encode(t), np.int32))
+    plain = template is None and not chat.system_instruction
 
     def encode(text: str, answer_prefix: str) -> tuple[np.ndarray, str, int]:
-        whole = chat_prompt(lm, text) if chat else text
-        at = whole.find(text) if chat else 0
+        whole = text if plain else render_turns(template, conversation(text, fmt=chat), chat.fewshot_as_multiturn)
+        at = 0 if plain else max(whole.rfind(text), 0)
         whole += answer_prefix
-        return np.concatenate([start, to_array(whole)]).astype(np.int32), whole, max(at, 0)
+        return np.concatenate([start, to_array(whole)]).astype(np.int32), whole, at
 
     return encode

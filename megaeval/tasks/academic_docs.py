@@ -105,6 +105,19 @@ class Doc:
     references: list[str]  # generation tasks
     group: str | None = None  # MMLU subject
     fewshot: str = ""  # the description + exemplars that start every context (shared across a group)
+    turns: Turns | None = None  # the prompt's parts, for rendering it as chat turns (`academic_chat`)
+
+
+@dataclass
+class Turns:
+    """A document's prompt in parts, as lm-eval's fewshot_context takes them: the rendered description, the
+    exemplars' (question, answer) pairs, the question (one per option for multiple_input) and the answer texts
+    (choices, or the shared continuation) without the target delimiter."""
+
+    description: str
+    exemplars: list[tuple[str, str]]
+    questions: list[str]
+    answers: list[str]
 
 
 class TaskDocs:
@@ -199,15 +212,22 @@ class TaskDocs:
         """The document's requests: contexts, continuations, choices, gold, references."""
         prefix = self.prefix(doc, exemplars)
         group = text_field(doc, self.spec["group_by"]) if "group_by" in self.spec else None
+        shots = [(self.query(ex), self.target(ex)) for ex in exemplars]
+        description = render(self.description, doc)
         if self.output == "generate_until":
-            return Doc(doc_id, [prefix + self.query(doc)], [], [], -1, self.references(doc), group, prefix)
+            turns = Turns(description, shots, [self.query(doc)], [])
+            return Doc(doc_id, [prefix + self.query(doc)], [], [], -1, self.references(doc), group, prefix, turns)
         if self.output == "multiple_input":
-            continuation = self.target_delimiter + render(self.spec["target"], doc)
+            target = render(self.spec["target"], doc)
             contexts = [prefix + c for c in self.contexts(doc)]
-            return Doc(doc_id, contexts, [continuation], list(self.contexts(doc)), self.gold(doc), [], group, prefix)
+            turns = Turns(description, shots, list(self.contexts(doc)), [target])
+            return Doc(doc_id, contexts, [self.target_delimiter + target], list(self.contexts(doc)), self.gold(doc), [],
+                       group, prefix, turns)  # fmt: skip
         choices = self.choices(doc)
         continuations = [self.target_delimiter + c for c in choices]
-        return Doc(doc_id, [prefix + self.query(doc)], continuations, choices, self.gold(doc), [], group, prefix)
+        turns = Turns(description, shots, [self.query(doc)], choices)
+        return Doc(doc_id, [prefix + self.query(doc)], continuations, choices, self.gold(doc), [], group, prefix,
+                   turns)  # fmt: skip
 
 
 def draw_exemplars(

@@ -18,7 +18,9 @@ every example and its state is read once and cloned (the product's speed design)
    and R beyond its own question. Its document is cut to fit.
 
 When nothing is left to divide, the exemplars keep no document. A task is refused only when even the
-non-document parts of the prefix and of an example do not fit. Unlimited-context models
+non-document parts of the prefix and of an example do not fit. With a chat template (or a system instruction),
+`PromptForm` writes the prompts as turns; the same rule holds, the template's tokens and the system turn counted
+among the non-document parts. Unlimited-context models
 (max_context None) read everything, and nothing here changes their prompts. lm-evaluation-harness
 instead cuts the whole few-shot context from the left (`max_length - max_gen_toks`), which drops BOS
 and the first exemplar's question and answer before any document token.
@@ -29,12 +31,13 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from ..errors import fail
 from ..models.base import StreamingLM
+from ..scoring.chat import ChatFormat, ChatTemplate, conversation, render_turns
 
 TRUNCATIONS = ("middle", "left", "right")
 SCHEMA_FIX = "use the SCROLLS schema: one object per row with string id, input and output"
@@ -45,6 +48,7 @@ _SLOT = re.compile(r"\{(CONTEXT|QUESTION)\}")
 ANSWER_JOINER = " "  # between an exemplar's prompt and its answer
 SHOT_JOINER = "\n\n"  # after each exemplar's answer
 FIT_RULE = "equal_document_shares"  # the few-shot fitting rule's name in reports
+_HOLE = "\u27e6megaeval: the example's prompt\u27e7"  # stands for the example's prompt when a prefix is rendered
 
 
 @dataclass
@@ -174,28 +178,122 @@ def fit_document(
     return (bare, "") if len(bare) <= budget else None
 
 
+@dataclass(frozen=True)
+class PromptForm:
+    """How a task's prompts are written: the prefix (read once) and each example's text after it.
+
+    Plain (no chat template, no system instruction): SCROLLS text, the exemplars (`render_prefix`), then the
+    example (`render_prompt`). Otherwise the turns of `scoring.chat.conversation`, as lm-evaluation-harness builds
+    them: the system instruction; each exemplar's SCROLLS prompt as a user turn and its first reference as an
+    assistant turn (ANSWER_JOINER and SHOT_JOINER its target and few-shot delimiters); the example's SCROLLS prompt
+    as the last user turn. A chat template renders them (a generation prompt after the last user turn; exemplars
+    as turns with --fewshot-as-multiturn, else folded into that user turn); without one they are joined as text.
+    The prefix is the rendering of all that comes before the example's prompt (the last user turn's header
+    included). It is read once when every prompt starts with it as text; a template that writes the earlier turns
+    differently for another question (`shared` False, see `shares_prefix`) has each prompt read whole instead."""
+
+    template: str
+    exemplars: list[Example] = field(default_factory=list)
+    documents: list[str] | None = None  # the exemplars' documents as read (None: whole)
+    chat: ChatTemplate | None = None
+    fmt: ChatFormat = ChatFormat()
+    shared: bool = True
+    _heads: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # the last prefix rendered
+
+    @property
+    def plain(self) -> bool:
+        """Whether prompts are the SCROLLS text alone (no turns)."""
+        return self.chat is None and not self.fmt.system_instruction
+
+    def _docs(self, documents: list[str] | None) -> list[str]:
+        if documents is not None:
+            return list(documents)
+        return list(self.documents) if self.documents is not None else [ex.document for ex in self.exemplars]
+
+    def whole(self, prompt: str, documents: list[str] | None = None) -> str:
+        """The whole prompt's text (BOS aside) for an example's SCROLLS `prompt`, the exemplars with `documents`."""
+        shots = [(render_prompt(self.template, ex, doc), ex.references[0])
+                 for ex, doc in zip(self.exemplars, self._docs(documents), strict=True)]  # fmt: skip
+        turns = conversation(prompt, shots, "", self.fmt, ANSWER_JOINER, SHOT_JOINER)
+        return render_turns(self.chat, turns, self.fmt.fewshot_as_multiturn)
+
+    def head(self, documents: list[str] | None = None) -> str:
+        """The text before the example's prompt (what the fitting rule counts as the prefix)."""
+        docs = self._docs(documents)
+        if self.plain:
+            return render_prefix(self.template, self.exemplars, docs)
+        key = tuple(docs)
+        if key not in self._heads:
+            whole = self.whole(_HOLE, docs)
+            self._heads.clear()  # one set of documents at a time: the fitted ones, or the rule's trial
+            self._heads[key] = whole[: max(whole.find(_HOLE), 0)]
+        return self._heads[key]
+
+    def prefix(self, documents: list[str] | None = None) -> str:
+        """The text read once for every example (empty when each prompt is read whole)."""
+        return self.head(documents) if self.shared else ""
+
+    def text(self, example: Example, document: str | None = None, documents: list[str] | None = None) -> str:
+        """The example's text after the prefix, its document `document` (None: whole)."""
+        prompt = render_prompt(self.template, example, document)
+        if self.plain:
+            return prompt
+        whole = self.whole(prompt, documents)
+        if not self.shared:
+            return whole
+        head = self.head(documents)
+        if not whole.startswith(head):  # `shares_prefix` held for every question with empty documents
+            raise fail(f"example {example.id}: the chat template writes the turns before its prompt differently "
+                       "from the other examples', so the prefix read once does not start its prompt",
+                       "drop --chat-template, or fix the template")  # fmt: skip
+        return whole[len(head) :]
+
+
+def shares_prefix(form: PromptForm, questions: Iterable[str]) -> bool:
+    """Whether every prompt of these questions (documents empty) starts with the prefix's text as rendered: what a
+    sane template does; one whose earlier turns depend on the last turn does not."""
+    if form.plain:
+        return True
+    docs = [""] * len(form.exemplars)
+    head = form.head(docs)
+    return all(form.whole(render_prompt(form.template, Example("", q, "", []), ""), docs).startswith(head)
+               for q in set(questions))  # fmt: skip
+
+
+def fit_example(
+    lm: StreamingLM, form: PromptForm, example: Example, budget: int | None, mode: str
+) -> tuple[list[int], int, str]:
+    """The example's tokens after the prefix within `budget`, dropping document tokens (never the question, the
+    cue or a template's tokens). Returns (ids, tokens dropped, the text read). See `fit_document`."""
+    render = partial(form.text, example)
+    text = render(None)
+    ids = lm.tokenizer.encode(text)
+    if budget is None or len(ids) <= budget:
+        return ids, 0, text
+    fitted = fit_document(lm.tokenizer, render, example.document, budget, mode, ids)
+    if fitted is None:
+        bare = len(lm.tokenizer.encode(render("")))
+        raise fail(f"example {example.id}: its question and answer cue need {bare} tokens but only {budget} are left",
+                   "use fewer --shots, fewer --max-new-tokens, or a model with a longer context")  # fmt: skip
+    return fitted[0], len(ids) - len(fitted[0]), render(fitted[1])
+
+
 def fit_prompt(
-    lm: StreamingLM, template: str, example: Example, budget: int | None, mode: str
+    lm: StreamingLM, form: PromptForm, example: Example, budget: int | None, mode: str
 ) -> tuple[list[int], int]:
     """Prompt tokens within `budget`, dropping document tokens (never the question or the cue).
 
     Returns (ids, tokens dropped). See `fit_document` for how the document is cut.
     """
-    ids = lm.tokenizer.encode(render_prompt(template, example))
-    if budget is None or len(ids) <= budget:
-        return ids, 0
-    fitted = fit_document(lm.tokenizer, lambda d: render_prompt(template, example, d), example.document, budget,
-                          mode, ids)  # fmt: skip
-    if fitted is None:
-        bare = len(lm.tokenizer.encode(render_prompt(template, example, "")))
-        raise fail(f"example {example.id}: its question and answer cue need {bare} tokens but only {budget} are left",
-                   "use fewer --shots, fewer --max-new-tokens, or a model with a longer context")  # fmt: skip
-    return fitted[0], len(ids) - len(fitted[0])
+    return fit_example(lm, form, example, budget, mode)[:2]
 
 
-def bare_prompt_tokens(tokenizer: Any, template: str, questions: Iterable[str]) -> int:
-    """The most tokens any of these questions' prompts needs without its document (question and cue)."""
-    return max((len(tokenizer.encode(render_prompt(template, Example("", q, "", []), ""))) for q in set(questions)),
+def bare_prompt_tokens(tokenizer: Any, form: PromptForm, questions: Iterable[str]) -> int:
+    """The most tokens any of these questions' prompts needs without its document (question and cue; with a chat
+    template, its turn's tokens too; when no prefix is shared, the whole prompt with the exemplars' documents
+    empty)."""
+    docs = [""] * len(form.exemplars)
+    return max((len(tokenizer.encode(form.text(Example("", q, "", []), "", docs))) for q in set(questions)),
                default=0)  # fmt: skip
 
 
@@ -203,55 +301,65 @@ def bare_prompt_tokens(tokenizer: Any, template: str, questions: Iterable[str]) 
 class FewShotFit:
     """A task's few-shot prefix as the model reads it (the same for every example), and what it leaves."""
 
-    ids: list[int]  # BOS (under the policy) + the exemplars
+    ids: list[int]  # BOS (under the policy) + the exemplars (BOS alone when prompts share no prefix)
     budget: int | None  # tokens left for each example's prompt; None: unlimited context
     dropped: list[int]  # per exemplar: tokens the prefix lost to cutting its document
     facts: dict[str, Any] | None  # the rule and its numbers, for the report; None: unlimited context
+    form: PromptForm  # how prompts are written, the exemplars' documents as fitted
 
 
 def fit_few_shot(
-    tokenizer: Any, template: str, exemplars: list[Example], start: list[int], max_context: int | None,
-    max_new_tokens: int, mode: str, reserve: int,
+    tokenizer: Any, form: PromptForm, start: list[int], max_context: int | None, max_new_tokens: int, mode: str,
+    reserve: int,
 ) -> FewShotFit:  # fmt: skip
-    """The prefix `start` + exemplars, fitted by the module's rule; `reserve`: R, an example's non-document need.
+    """The prefix `start` + the form's exemplars, fitted by the module's rule; `reserve`: R, an example's
+    non-document need.
 
     With max_context None the exemplars are kept whole. `dropped[i]` is how much shorter the prefix got when
     exemplar i's document was cut (the earlier ones already cut), so the counts add up to the prefix's loss.
+    When prompts share no prefix (`PromptForm.shared`), the rule runs on the text before each example's prompt all
+    the same, but only `start` is read once and each example's whole prompt gets the rest.
     """
-    whole = render_prefix(template, exemplars)
+    exemplars, shots = form.exemplars, len(form.exemplars)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text) if text else []
+
     if max_context is None:
-        return FewShotFit(start + (tokenizer.encode(whole) if whole else []), None, [0] * len(exemplars), None)
+        return FewShotFit(start + encode(form.prefix()), None, [0] * shots, None, form)
     prompt_budget = max_context - max_new_tokens
-    shots = len(exemplars)
-    fixed = len(start) + (len(tokenizer.encode(render_prefix(template, exemplars, [""] * shots))) if shots else 0)
+    fixed = len(start) + len(encode(form.head([""] * shots)))
     to_share = prompt_budget - fixed - reserve
     share = max(0, to_share) // (shots + 1)
     while True:  # a cut can tokenize a token longer inside the joined prefix: shrink the share until it fits
         kept = []
         for ex in exemplars:
-            render = partial(render_shot, template, ex)
+            render = partial(render_shot, form.template, ex)
             fitted = fit_document(tokenizer, render, ex.document, len(tokenizer.encode(render(""))) + share, mode)
             assert fitted is not None  # an empty document always fits its exemplar's own size
             kept.append(fitted[1])
-        ids = start + (tokenizer.encode(render_prefix(template, exemplars, kept)) if shots else [])
+        ids = start + encode(form.head(kept))
         over = len(ids) - (prompt_budget - reserve)
         if over <= 0 or share == 0:
             break
         share = max(0, share - over)
     documents, dropped = [ex.document for ex in exemplars], []
-    length = len(start) + (len(tokenizer.encode(whole)) if whole else 0)
+    length = len(start) + len(encode(form.head(documents)))
     for i, text in enumerate(kept):
         if text == documents[i]:
             dropped.append(0)
             continue
         documents[i] = text
-        shorter = len(start) + len(tokenizer.encode(render_prefix(template, exemplars, documents)))
+        shorter = len(start) + len(encode(form.head(documents)))
         dropped.append(length - shorter)
         length = shorter
+    read = ids if form.shared else list(start)
     facts = {"rule": FIT_RULE, "prompt_budget": prompt_budget, "prefix_fixed_tokens": fixed,
-             "example_reserve": reserve, "document_share": share, "prefix_tokens": len(ids),
-             "example_budget": prompt_budget - len(ids)}  # fmt: skip
-    return FewShotFit(ids, prompt_budget - len(ids), dropped, facts)
+             "example_reserve": reserve, "document_share": share, "prefix_tokens": len(read),
+             "example_budget": prompt_budget - len(read)}  # fmt: skip
+    if not form.plain:
+        facts["prefix_shared"] = form.shared
+    return FewShotFit(read, prompt_budget - len(read), dropped, facts, replace(form, documents=kept))
 
 
 def pick_exemplars(pool: list[Example], shots: int, seed: int, task: str) -> list[Example]:
