@@ -294,9 +294,8 @@ def test_kill_before_any_progress_then_resume(world: World, tmp_path: Path):
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_an_interrupt_after_some_units_says_what_resume_will_do(world: World, sig: str, tmp_path: Path):
     """SIGTERM or Ctrl-C once units have finished: exit code 130 and one line with how far the run got and what
-    --resume does; resumed, the run gives the uninterrupted result. The job is ruler's: its units take long enough
-    (128 generated tokens each) that the signal lands mid-run, where a whole small sweep can end first."""
-    job = FAST["ruler"]
+    --resume does; resumed, the run gives the uninterrupted result."""
+    job = FAST["ppl-sweep"]
     ref = world.reference(job, "fast")
     out = tmp_path / "report.json"
     proc = world.cli.start(world.argv(job, tmp_path), tmp_path)

@@ -38,8 +38,14 @@ SAMPLES = REPO / "data_prep" / "samples"
 EMBEDDED_TOKENIZER = REPO / "megaeval" / "assets" / "megalodon-tiny" / "tokenizer.model"
 FRESH = os.environ.get("MEGAEVAL_TEST_FRESH_PROCESS", "") not in ("", "0")
 
+
+def _default_sigint() -> None:
+    """In a fresh child: Ctrl-C as in a terminal, however pytest was started (a background job ignores SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 SERVER = r"""
-import json, os, runpy, sys, time, traceback
+import json, os, runpy, signal, sys, time, traceback
 
 # Third-party warm-up only: megaeval itself is imported by each child, after the fork.
 import numpy, torch
@@ -60,6 +66,8 @@ ctl_in, ctl_out = os.fdopen(CTL_IN, "r"), os.fdopen(CTL_OUT, "w")
 def child(req):
     os.close(CTL_IN)
     os.close(CTL_OUT)
+    # Ctrl-C as in a terminal, however pytest was started (a background job inherits SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(req["cwd"])
     fd = os.open(os.devnull, os.O_RDONLY)
     os.dup2(fd, 0)
@@ -240,7 +248,8 @@ class Megaeval:
         if self.fresh:
             with open(out, "wb") as o, open(err, "wb") as e:
                 popen = subprocess.Popen([sys.executable, "-m", "megaeval", *argv], cwd=cwd, env=self.env,
-                                         stdin=subprocess.DEVNULL, stdout=o, stderr=e)  # fmt: skip
+                                         stdin=subprocess.DEVNULL, stdout=o, stderr=e,
+                                         preexec_fn=_default_sigint)  # fmt: skip
             return Process(self, argv, popen.pid, out, err, popen)
         reply = self._call({"op": "spawn", "argv": argv, "cwd": str(cwd), "stdout": str(out), "stderr": str(err)})
         return Process(self, argv, reply["pid"], out, err)
