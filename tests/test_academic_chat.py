@@ -216,7 +216,7 @@ def grouped_requests(harness_task) -> list[list]:
 @pytest.mark.slow
 @pytest.mark.parametrize("system", [None, "Answer with the letter only."])
 def test_rendered_requests_equal_lm_eval_string_for_string_and_token_for_token(tmp_path, monkeypatch, system):
-    """SmolLM2-135M-Instruct's template, few-shot as turns: for the first 3 sample documents of every task (two MMLU
+    """SmolLM2-135M-Instruct's template, few-shot as turns: for the first 10 sample documents of every task (two MMLU
     subjects; without few-shot as turns too), megaeval's rendered contexts and continuations are lm-eval's request
     arguments, and its ids (BOS + encode_pair) are lm-eval's (_encode_pair / tok_batch_encode)."""
     pytest.importorskip("lm_eval")
@@ -229,7 +229,7 @@ def test_rendered_requests_equal_lm_eval_string_for_string_and_token_for_token(t
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     folder = Path(os.path.dirname(smol.__file__))
     gguf = next(folder.glob("*.gguf")).name
-    data, limit = harness_data(tmp_path), 3
+    data, limit = harness_data(tmp_path), 10
     hflm = HFLM(pretrained=str(folder), gguf_file=gguf, batch_size=1, dtype="float32", device="cpu")
     lm = load_model(f"hf:{folder}", gguf_file=gguf, dtype="float32", device="cpu")
     for multiturn in (True, False):
