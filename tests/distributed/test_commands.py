@@ -202,7 +202,7 @@ def test_needle_on_two_ranks_equals_one_process_data_and_chunk_parallel(sweep_in
     assert numbers(tmp_path / "cp.json") == numbers(tmp_path / "one.json")
 
 
-def test_ruler_on_two_ranks_one_at_a_time_or_sharing_each_prompt_equals_one_process_in_batches(sweep_inputs, tmp_path):
+def test_ruler_on_two_ranks_one_at_a_time_equals_one_process_in_batches(sweep_inputs, tmp_path):
     ckpt, _ = sweep_inputs
     args = ["ruler", "--model", str(ckpt), "--tasks", "niah_single_1,fwe", "--lengths", "1K,2K", "--num-samples",
             "3", "--dtype", "float64"]  # fmt: skip
@@ -214,6 +214,15 @@ def test_ruler_on_two_ranks_one_at_a_time_or_sharing_each_prompt_equals_one_proc
     assert two.returncode == 0, two.stderr
     assert numbers(tmp_path / "two.json") == numbers(tmp_path / "one.json")
     assert (tmp_path / "two.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
+
+
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
+def test_ruler_sharing_each_prompt_over_two_ranks_equals_one_process(sweep_inputs, tmp_path):
+    ckpt, _ = sweep_inputs
+    args = ["ruler", "--model", str(ckpt), "--tasks", "niah_single_1,fwe", "--lengths", "1K,2K", "--num-samples",
+            "2", "--dtype", "float64"]  # fmt: skip
+    one = megaeval(*args, "--out", str(tmp_path / "one.json"), "--samples", str(tmp_path / "one.jsonl"))
+    assert one.returncode == 0, one.stderr
     cp = megaeval(*args, "--chunk-parallel", "2", "--out", str(tmp_path / "cp.json"), "--samples",
                   str(tmp_path / "cp.jsonl"), ranks=2)  # fmt: skip
     assert cp.returncode == 0, cp.stderr
