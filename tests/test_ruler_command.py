@@ -100,20 +100,20 @@ def test_bad_inputs_are_one_line(tmp_path):
 
 
 def test_the_cost_line_counts_the_instances_and_tokens_still_to_run(tmp_path, capfd):
-    settings = dict(model="embedded:megalodon-tiny", tasks="niah_single_1,fwe", lengths="1K,2K", num_samples=2,
+    settings = dict(model="embedded:megalodon-tiny", tasks="fwe", lengths="1K,2K", num_samples=2,
                     out=str(tmp_path / "r.json"))  # fmt: skip
 
-    def stop_after_three(done):
-        if done == 3:
+    def stop_after_one(done):
+        if done == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_ruler(RulerSettings(**settings), progress=True, on_unit=stop_after_three)
+        run_ruler(RulerSettings(**settings), progress=True, on_unit=stop_after_one)
     first = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
-    # 2 tasks x (1K + 2K) x 2 samples: 8 instances, 12,288 tokens; at most 2 x 50 + 2 x 128 tokens generated each
-    assert first[0].startswith("ruler: 8 of 8 instances to run, 12,288 prompt tokens to read (and up to 712 to ")
+    # (1K + 2K) x 2 samples: 4 instances, 6,144 tokens; at most 50 tokens generated each
+    assert first[0].startswith("ruler: 4 of 4 instances to run, 6,144 prompt tokens to read (and up to 200 to ")
     assert re.search(r"reading takes about \d+ s at [\d,]+ tokens/s per model copy \(a 1K read", first[0])
     run_ruler(RulerSettings(**settings, resume=True), progress=True)
-    # 3 done, niah_single_1 1K x 2 and 2K x 1: 5 left, 1 x 2K (niah) + 2 x 1K + 2 x 2K (fwe)
+    # the first 1K instance done: 1K + 2K + 2K left
     again = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
-    assert again[0].startswith("ruler: 5 of 8 instances to run, 8,192 prompt tokens to read (and up to 328 to ")
+    assert again[0].startswith("ruler: 3 of 4 instances to run, 5,120 prompt tokens to read (and up to 150 to ")
