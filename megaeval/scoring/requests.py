@@ -28,7 +28,7 @@ from ..errors import fail
 from ..models.base import StreamingLM
 from ..tables import format_length
 from .bos import BOS_POLICIES, bos_policy, resolve_bos  # noqa: F401  (the commands, harness and tests import them here)
-from .chat import BASE, ChatFormat, ChatTemplate, conversation, render_turns, select_template, writes_bos
+from .chat import BASE, ChatFormat, ChatTemplate, chat_bos, conversation, render_turns, select_template
 from .loglik import Prefix, score_pair_sets, score_pairs
 
 EMPTY_CONTEXT = ("an empty context with bos=False cannot be scored", "keep BOS on (--bos always)")
@@ -160,9 +160,7 @@ def check_prompts(lm: StreamingLM, lengths: list[int], policy: str, chat: ChatFo
 def prompt_bos(lm: StreamingLM, policy: str, rendered: str | None = None) -> bool:
     """BOS under the policy; before a chat-rendered prompt, auto adds the tokenizer's default BOS unless the
     template writes it (lm-eval's tok_encode)."""
-    if rendered is not None and policy == "auto":
-        return resolve_bos(lm, "auto") and not writes_bos(lm, rendered)
-    return resolve_bos(lm, policy)
+    return resolve_bos(lm, policy) if rendered is None else chat_bos(lm, policy, rendered)
 
 
 def prompt_encoder(
