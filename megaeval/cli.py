@@ -8,20 +8,28 @@ from typing import Annotated
 
 import typer
 
+from .cli_longppl import longppl
 from .cli_options import (
+    AlphaOpt,
+    BetaOpt,
     BosOpt,
     ChatTemplateOpt,
     ChunkParallelOpt,
     DeviceOpt,
     DistTimeoutOpt,
     DtypeOpt,
+    EvaluatorArgsOpt,
+    EvaluatorOpt,
     FewshotMultiturnOpt,
     KernelsOpt,
+    KeyTokensOpt,
     ModelArg,
     ModelArgsOpt,
     ModelOpt,
     NoBosOpt,
+    SlidingWindowOpt,
     SystemInstructionOpt,
+    TruncLenOpt,
     bare_chat_template,
     bos_flag,
     exit_process,
@@ -137,21 +145,31 @@ def ppl_sweep(
     peak_tflops: Annotated[
         str, typer.Option(help="MFU's peak per device: auto (nominal, else measure), measure, or TFLOP/s.")
     ] = "auto",
+    key_tokens: KeyTokensOpt = None,
+    evaluator: EvaluatorOpt = None,
+    evaluator_args: EvaluatorArgsOpt = "",
+    trunc_len: TruncLenOpt = None,
+    sliding_window: SlidingWindowOpt = None,
+    alpha: AlphaOpt = None,
+    beta: BetaOpt = None,
     chunk_parallel: ChunkParallelOpt = 1,
     dist_timeout: DistTimeoutOpt = 1800.0,
     out: Annotated[str, typer.Option(help="Report file (JSON).")] = "reports/ppl_sweep.json",
     resume: Annotated[bool, typer.Option(help="Continue an interrupted run of the same settings.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
 ) -> None:
-    """Perplexity of a books stream at context lengths 4K ... 2M, every length scoring the same tokens."""
+    """Perplexity of a books stream at context lengths 4K ... 2M, every length scoring the same tokens (and LongPPL on
+    the key tokens with --key-tokens or --evaluator)."""
     from .commands.ppl_sweep import SweepSettings, run_ppl_sweep, sweep_summary
     from .models import parse_model_args
 
     settings = SweepSettings(
         stream=stream, model=model, model_args=parse_model_args(model_args), lengths=lengths, tokens=tokens,
         batch_size=batch_size, device=device, dtype=dtype, norm_stats=norm_stats, kernels=kernels,
-        window_policy=window_policy, schedule=schedule, peak_tflops=peak_tflops, chunk_parallel=chunk_parallel,
-        out=out, resume=resume, dist_timeout=dist_timeout,
+        window_policy=window_policy, schedule=schedule, peak_tflops=peak_tflops, key_tokens=key_tokens,
+        evaluator=evaluator, evaluator_args=parse_model_args(evaluator_args), trunc_len=trunc_len,
+        sliding_window=sliding_window, alpha=alpha, beta=beta, chunk_parallel=chunk_parallel, out=out, resume=resume,
+        dist_timeout=dist_timeout,
     )  # fmt: skip
     report = run_ppl_sweep(settings, progress=progress)
     if report is not None:  # rank 0 (or the only process)
@@ -297,6 +315,7 @@ def academic(
 # The retrieval commands live in cli_retrieval (this module would pass 400 lines); registered here, in help order.
 app.command("needle")(needle)
 app.command("ruler")(ruler)
+app.command("longppl")(longppl)
 
 
 @app.command("report")
@@ -324,12 +343,13 @@ def plot_cmd(
     reports: Annotated[list[str], typer.Argument(help="ppl-sweep or needle report JSON files.")],
     out: Annotated[str, typer.Option(help="Picture file: .png, .svg or .pdf.")],
     position_curve: Annotated[bool, typer.Option(help="Add the per-position NLL curve panel.")] = False,
+    metric: Annotated[str, typer.Option(help="ppl-sweep: ppl, or longppl (a sweep with key tokens).")] = "ppl",
 ) -> None:
     """Perplexity against context length (log2 axis), one line per report; needle reports: heatmaps of accuracy
     by depth and length, and (several reports) accuracy against length."""
     from .commands.plot import plot_reports
 
-    echo(f"plot: {plot_reports(reports, out, position_curve=position_curve)}")
+    echo(f"plot: {plot_reports(reports, out, position_curve=position_curve, metric=metric)}")
 
 
 def main() -> None:

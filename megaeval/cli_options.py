@@ -137,3 +137,25 @@ def exit_process(code: int) -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+# LongPPL's key tokens, in `longppl` and `ppl-sweep` (None: a key-token file's value, else the reference's default)
+EvaluatorOpt = Annotated[
+    str | None, typer.Option(help="LongPPL: the model that finds key tokens (a spec like --model's).")
+]
+EvaluatorArgsOpt = Annotated[str, typer.Option(help="Load options of the evaluator, key=value,...")]
+KeyTokensOpt = Annotated[
+    str | None, typer.Option(help="LongPPL: key tokens from this file (longppl --save-key-tokens), no evaluator run.")
+]
+TruncLenOpt = Annotated[
+    int | None, typer.Option(help="LongPPL: tokens of short context the evaluator compares with; default 4096.")
+]
+SlidingWindowOpt = Annotated[
+    int | None, typer.Option(help="LongPPL: tokens scored by one short-context window; default 1024.")
+]
+AlphaOpt = Annotated[
+    float | None, typer.Option(help="LongPPL: key when full context lowers the loss by more than alpha; default 2.")
+]
+BetaOpt = Annotated[
+    float | None, typer.Option(help="LongPPL: ... and the full-context loss is below -beta nats; default -2.")
+]

@@ -21,6 +21,24 @@ TOKENIZER_FILES = (
 )  # fmt: skip
 
 
+def byte_to_char(text: str) -> np.ndarray:
+    """For each UTF-8 byte offset 0..len(bytes) of `text`, the number of characters that start before it (the
+    character offset of a byte offset on a character boundary)."""
+    data = np.frombuffer(text.encode("utf-8"), np.uint8)
+    starts = (data & 0xC0) != 0x80
+    return np.concatenate([[0], np.cumsum(starts)])
+
+
+def encode_offsets(tokenizer: Any, text: str, specials: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+    """`tokenizer.encode_offsets`, or a one-line refusal for a tokenizer that cannot map tokens to characters."""
+    method = getattr(tokenizer, "encode_offsets", None)
+    if method is None:
+        kind = tokenizer.describe().get("kind", type(tokenizer).__name__)
+        raise fail(f"the {kind} tokenizer cannot give character offsets, which LongPPL's key tokens need",
+                   "use a model with a sentencepiece or transformers tokenizer")  # fmt: skip
+    return method(text, specials)
+
+
 def check_tokenizer_files(folder: Path, fix: str) -> None:
     """Refuse a folder that holds none of the files a transformers tokenizer is read from: transformers would
     build an empty tokenizer from the model's config.json alone, without a word."""
@@ -123,6 +141,21 @@ class SentencePieceTokenizer:
         if hasattr(self.sp, "encode_as_numpy"):
             return np.asarray(self.sp.encode_as_numpy(text), dtype=np.int32)
         return np.asarray(self.sp.encode(text), dtype=np.int32)
+
+    def encode_offsets(self, text: str, specials: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of `text` and each token's (start, end) character span in it, sentencepiece's own surfaces (a
+        byte-fallback piece that starts a character is empty; the one that ends it holds it). `specials`: BOS first
+        when the tokenizer adds one (span (0, 0)), as a transformers tokenizer's default encoding does."""
+        try:
+            proto = self.sp.encode(text, return_type="proto")
+        except TypeError:  # sentencepiece before 0.2.1 names it out_type="immutable_proto"
+            proto = self.sp.encode(text, out_type="immutable_proto")
+        char_at = byte_to_char(text)
+        ids = [p.id for p in proto.pieces]
+        offsets = [(int(char_at[p.begin]), int(char_at[p.end])) for p in proto.pieces]
+        if specials and self.adds_bos and self.bos_id >= 0:
+            return [self.bos_id, *ids], [(0, 0), *offsets]
+        return ids, offsets
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`; placeholder ids past the sentencepiece vocabulary decode to nothing."""

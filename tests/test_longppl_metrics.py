@@ -14,7 +14,7 @@ from megaeval.metrics.longppl import (
     document_longppl,
     key_positions,
     merge_spans,
-    pooled_longppl,
+    pooled_perplexity,
     short_windows,
     tokens_inside,
 )
@@ -66,13 +66,13 @@ def test_tokens_inside_are_those_wholly_within_a_span():
         assert tokens_inside(offsets, spans) == naive
 
 
-def test_document_and_pooled_longppl_by_hand():
+def test_document_and_pooled_perplexity_by_hand():
     nll = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
     assert document_longppl(nll, [2, 4]) == pytest.approx(math.exp(3.0))
     assert document_longppl(nll, []) is None and document_longppl(nll, [0]) is None
     # token-weighted: exp((3 ln 2 + 1 ln 8) / 4) = 2 ** 1.5; a document without key tokens is left out
-    assert pooled_longppl([(2.0, 3), (None, 0), (8.0, 1)]) == pytest.approx(2**1.5)
-    assert pooled_longppl([(None, 0)]) is None
+    assert pooled_perplexity([(2.0, 3), (None, 0), (8.0, 1)]) == pytest.approx(2**1.5)
+    assert pooled_perplexity([(None, 0)]) is None
 
 
 def test_merge_and_overlap_equal_the_reference_package():

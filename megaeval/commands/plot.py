@@ -27,8 +27,13 @@ def _pyplot():
     return plt
 
 
-def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool = False) -> Path:
-    """Draw ppl vs context length (log2 axis), one line per report; optionally the position curves."""
+PLOT_METRICS = {"ppl": "perplexity", "longppl": "LongPPL (key tokens)"}
+
+
+def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool = False, metric: str = "ppl") -> Path:
+    """Draw ppl (or LongPPL) vs context length (log2 axis), one line per report; optionally the position curves."""
+    if metric not in PLOT_METRICS:
+        raise fail(f"unknown --metric {metric!r}", f"use one of: {', '.join(PLOT_METRICS)}")
     if not paths:
         raise fail("no reports given", "pass one or more ppl-sweep report.json files")
     out = Path(out)
@@ -40,20 +45,25 @@ def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool 
     labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
     for kind in FIGURES:
         if any(r.get("command") == kind for r in reports):
+            if metric != "ppl":
+                raise fail(f"--metric {metric} draws ppl-sweep reports", f"drop --metric for {kind} reports")
             return _retrieval_plot(kind, paths, reports, labels, out, position_curve)
     for p, r in zip(paths, reports, strict=True):
         if r.get("command") != "ppl-sweep":
             raise fail(f"{p} is a {r.get('command')!r} report", "plot draws ppl-sweep, needle or ruler reports")
         if position_curve and not r["results"].get("position_curve"):
             raise fail(f"{p} has no results.position_curve", "drop --position-curve, or plot ppl-sweep reports")
+        if metric == "longppl" and not any(row.get("longppl") is not None for row in r["results"]["lengths"]):
+            raise fail(f"{p} has no LongPPL", "run ppl-sweep with --key-tokens F or --evaluator E, or drop --metric")
     plt = _pyplot()
     panels = 2 if position_curve else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), squeeze=False)
-    _ppl_panel(axes[0][0], reports, labels)
+    _ppl_panel(axes[0][0], reports, labels, metric)
     if position_curve:
         _position_panel(axes[0][1], reports, labels)
     data = reports[0].get("data") or {}
-    fig.suptitle(f"Perplexity by context length — {data.get('tokens_scored', 0):,} tokens per length", fontsize=12)
+    what = "Perplexity" if metric == "ppl" else "LongPPL"
+    fig.suptitle(f"{what} by context length — {data.get('tokens_scored', 0):,} tokens per length", fontsize=12)
     fig.tight_layout()
     return _save(plt, fig, out)
 
@@ -84,21 +94,21 @@ def _retrieval_plot(
     return _save(plt, getattr(plot_retrieval, f"{kind}_figure")(plt, reports, labels), out)
 
 
-def _ppl_panel(ax: Any, reports: list[dict], labels: list[str]) -> None:
+def _ppl_panel(ax: Any, reports: list[dict], labels: list[str], metric: str = "ppl") -> None:
     all_lengths: set[int] = set()
     for report, label in zip(reports, labels, strict=True):
         rows = report["results"]["lengths"]
         xs = [r["context_length"] for r in rows]
         all_lengths.update(xs)
-        ax.plot(xs, [r["ppl"] for r in rows], marker="o", label=label)
+        ax.plot(xs, [r.get(metric) for r in rows], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ticks = sorted(all_lengths)
     ax.set_xticks(ticks)
     ax.set_xticklabels([format_length(t) for t in ticks], rotation=45 if len(ticks) > 6 else 0)
     ax.minorticks_off()
     ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("perplexity (token level)")
-    ax.set_title("Perplexity vs context length")
+    ax.set_ylabel(f"{PLOT_METRICS[metric]} (token level)")
+    ax.set_title(f"{PLOT_METRICS[metric][0].upper()}{PLOT_METRICS[metric][1:]} vs context length")
     ax.grid(True, alpha=0.3)
     ax.legend()
 

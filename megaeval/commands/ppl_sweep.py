@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from ..runs.memory import PeakMemory
 from ..runs.run import check_run_outputs
 from ..runs.utilisation import Peak, device_peak, parse_peak, utilisation
 from ..scoring.finite import NON_FINITE_FIX
+from ..scoring.stream_keys import segment_keys
 from ..scoring.sweep_plan import (  # fmt: skip
     DEFAULT_LENGTHS,
     Pass,
@@ -32,6 +33,7 @@ from ..scoring.sweep_plan import (  # fmt: skip
 from ..scoring.windows import parse_window_policy, score_windows, windows
 from ..streams import BooksStream, TextSpan
 from ..tables import format_length, format_value, render_table
+from .ppl_sweep_keys import KeyedSweep
 
 
 @dataclass(kw_only=True)
@@ -46,6 +48,13 @@ class SweepSettings(RunSettings):
     window_policy: str = "error"
     schedule: str = "shared"
     peak_tflops: str = "auto"  # MFU's denominator: auto, measure or TFLOP/s per device (runs.utilisation)
+    key_tokens: str | None = None  # LongPPL per length: key-token spans from a file (longppl --save-key-tokens) ...
+    evaluator: str | None = None  # ... or from an evaluator run on each book before the sweep
+    evaluator_args: dict[str, Any] = field(default_factory=dict)
+    trunc_len: int | None = None  # None: the key-token file's, else the reference's (metrics.longppl)
+    sliding_window: int | None = None
+    alpha: float | None = None
+    beta: float | None = None
     out: str = "reports/ppl_sweep.json"
 
     def family_flags(self) -> dict[str, Any]:
@@ -69,20 +78,23 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
     parse_peak(settings.peak_tflops)
     stream = BooksStream(settings.stream)
     n_tokens = resolve_tokens(lengths, requested, len(stream))
+    keyed = KeyedSweep.open(settings, stream)
 
     def check(lm: StreamingLM) -> dict[str, Any]:
         stream.check_tokenizer(lm.tokenizer)
         if lm.max_context is not None:
             windows(max(lengths), lm.max_context, settings.window_policy)  # refuses early under "error"
-        return {}
+        return keyed.prepare(lm) if keyed is not None else {}
 
     fingerprint = {"manifest_sha256": stream.manifest_sha256, "tokens_sha256": stream.tokens_sha256, "tokens": n_tokens}
     with open_run("ppl-sweep", settings, reads=[settings.stream], fingerprint=fingerprint, check=check,
                   progress=progress, on_unit=on_unit) as run:  # fmt: skip
-        return _sweep(run, settings, stream, lengths, n_tokens)
+        return _sweep(run, settings, stream, lengths, n_tokens, keyed)
 
 
-def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list[int], n_tokens: int) -> Any:
+def _sweep(
+    run: Run, settings: SweepSettings, stream: BooksStream, lengths: list[int], n_tokens: int, keyed: KeyedSweep | None
+) -> Any:
     lm = run.lm
     passes = plan_passes(lengths, n_tokens, settings.schedule)
     batches = batches_of(passes, settings.batch_size)
@@ -100,8 +112,12 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
         peak = group_max(run.ctx.chunk, meter.peak())  # a chunk-parallel group: the largest peak of its ranks
         served = [[[length, np.add.reduceat(row[:length], bucket_edges(length)[:-1]).tolist()] for length in p.serves]
                   for p, row in zip(batch, nll, strict=True)]  # fmt: skip
-        return {"length": batch[0].length, "passes": len(batch), "served": served, "seconds": seconds,
-                "peak_memory": peak}  # fmt: skip
+        record = {"length": batch[0].length, "passes": len(batch), "served": served, "seconds": seconds,
+                  "peak_memory": peak}  # fmt: skip
+        if keyed is not None:  # per pass, per length it serves: [key-token NLL sum, key tokens]
+            record["keys"] = [[segment_keys(keyed.positions, row, p.start, length) for length in p.serves]
+                              for p, row in zip(batch, nll, strict=True)]  # fmt: skip
+        return record
 
     records = run.map(range(len(batches)), key=lambda i: i, compute=compute, unit_name="tokens",
                       weight=lambda i: batches[i][0].length * len(batches[i]),
@@ -118,8 +134,10 @@ def _sweep(run: Run, settings: SweepSettings, stream: BooksStream, lengths: list
         "lengths": lengths,
         "tokens": n_tokens,
         "norm_stats": lm.options().get("norm_stats"),
+        **(keyed.settings() if keyed is not None else {}),
     }
-    data = {**stream.describe(), "tokens_scored": n_tokens, "span": asdict(span)}
+    data = {**stream.describe(), "tokens_scored": n_tokens, "span": asdict(span),
+            **({"key_tokens": keyed.describe()} if keyed is not None else {})}  # fmt: skip
     return run.finish(recorded, data, results)
 
 
@@ -204,7 +222,13 @@ def sweep_results(
     curve = {length: [0.0] * (len(bucket_edges(length)) - 1) for length in lengths}
     seconds, processed = dict.fromkeys(lengths, 0.0), dict.fromkeys(lengths, 0)
     peak_bytes = dict.fromkeys(lengths, 0)
+    keyed = any("keys" in r for r in records)
+    key_sum, key_count = dict.fromkeys(lengths, 0.0), dict.fromkeys(lengths, 0)
     for r in records:
+        for p_keys, served in zip(r.get("keys", []), r["served"], strict=True):
+            for (length, _), (nll, count) in zip(served, p_keys, strict=True):
+                key_sum[length] += nll
+                key_count[length] += count
         seconds[r["length"]] += r["seconds"] / workers
         processed[r["length"]] += r["length"] * r["passes"]
         peak_bytes[r["length"]] = max(peak_bytes[r["length"]], r["peak_memory"])
@@ -228,6 +252,12 @@ def sweep_results(
             "peak_memory_bytes": peak_bytes[length], "model_flops_per_token": flops.get(length),
             **utilisation(flops.get(length), processed[length], seconds[length], peak.tflops, devices),
         })  # fmt: skip
+        if keyed:  # LongPPL over the key tokens among this length's targets (token-weighted, as `longppl` pools)
+            rows[-1].update(
+                n_key_tokens=key_count[length],
+                key_nll_sum=key_sum[length],
+                longppl=exp_or_none(key_sum[length] / key_count[length]) if key_count[length] else None,
+            )
         edges = bucket_edges(length)
         buckets = [{"start": a, "end": b, "mean_nll": s / (segments[length] * (b - a))}
                    for a, b, s in zip(edges[:-1], edges[1:], curve[length], strict=True)]  # fmt: skip
@@ -244,9 +274,17 @@ def sweep_results(
     }
 
 
+def _longppl_cell(row: dict[str, Any]) -> str:
+    if row.get("longppl") is None:
+        return "no key tokens" if not row.get("n_key_tokens") else "overflow"
+    return f"{format_value(row['longppl'])} ({row['n_key_tokens']:,})"
+
+
 def sweep_summary(report: dict[str, Any]) -> str:
     """One ppl-sweep report as a table: a row per context length."""
-    header = ["context", "segments", "ppl", "bits/byte", "word ppl", "tok/s", "peak mem", "seconds"]
+    keyed = any("longppl" in r for r in report["results"]["lengths"])
+    header = ["context", "segments", "ppl", *(["longppl"] if keyed else []), "bits/byte", "word ppl", "tok/s",
+              "peak mem", "seconds"]  # fmt: skip
     with_mfu = any(r.get("mfu") is not None for r in report["results"]["lengths"])
     header += ["TFLOP/s", "MFU"] if with_mfu else []
     rows = []
@@ -254,6 +292,7 @@ def sweep_summary(report: dict[str, Any]) -> str:
         rows.append([
             format_length(r["context_length"]), str(r["segments"]),
             "overflow" if r["ppl"] is None else format_value(r["ppl"]),
+            *([_longppl_cell(r)] if keyed else []),
             "" if r["bits_per_byte"] is None else f"{r['bits_per_byte']:.4f}",
             "" if r["word_ppl"] is None else format_value(r["word_ppl"]),
             "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",

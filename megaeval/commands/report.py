@@ -9,8 +9,8 @@ from ..errors import fail
 from ..runs.report import TASK_SUMMARIES, load_report
 from ..tables import format_length, format_value, render_table, report_label, unique_labels
 
-SWEEP_METRICS = ("ppl", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second", "peak_memory_bytes",
-                 "model_flops_per_token", "achieved_tflops", "mfu")  # fmt: skip
+SWEEP_METRICS = ("ppl", "longppl", "n_key_tokens", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second",
+                 "peak_memory_bytes", "model_flops_per_token", "achieved_tflops", "mfu")  # fmt: skip
 
 
 def sweep_rows(reports: list[dict[str, Any]], metric: str = "ppl") -> tuple[list[str], list[list[str]]]:

@@ -28,6 +28,8 @@ DEFAULT_TRUNC_LEN = 4096
 DEFAULT_SLIDING_WINDOW = 1024
 DEFAULT_ALPHA = 2.0
 DEFAULT_BETA = -2.0
+DEFAULT_SETTINGS = {"trunc_len": DEFAULT_TRUNC_LEN, "sliding_window": DEFAULT_SLIDING_WINDOW, "alpha": DEFAULT_ALPHA,
+                    "beta": DEFAULT_BETA}  # fmt: skip
 
 
 def short_windows(n: int, trunc_len: int, sliding_window: int) -> list[tuple[int, int]]:
@@ -83,9 +85,10 @@ def document_longppl(nll: np.ndarray, key: Sequence[int]) -> float | None:
     return math.exp(float(np.mean(np.asarray(nll, dtype=np.float64)[key])))
 
 
-def pooled_longppl(documents: Sequence[tuple[float | None, int]]) -> float | None:
-    """LongPPL over documents, token-weighted: exp(sum n_key * log LongPPL_d / sum n_key); documents without key
-    tokens (None) are left out, and None when no document has one."""
+def pooled_perplexity(documents: Sequence[tuple[float | None, int]]) -> float | None:
+    """A perplexity over documents weighted as the reference's perplexity.py weights them: exp(sum n_d log P_d /
+    sum n_d) (LongPPL: n_d its key tokens; perplexity: its tokens); documents without a value (None: no key tokens)
+    are left out, and None when no document has one."""
     kept = [(value, n) for value, n in documents if value is not None and n > 0]
     total = sum(n for _, n in kept)
     if total == 0:

@@ -120,6 +120,34 @@ class BooksStream:
                 total.partial_books += 1
         return total
 
+    def book_texts(self) -> dict[str, str]:
+        """Each book's text by its sha256, read again from the sources prep-books read (where the paths recorded in
+        the manifest still lead); a source that cannot be read, or a book not found there, is refused."""
+        from ..data_prep.book_sources import open_source, read_book
+        from ..errors import MegaevalError
+
+        wanted = {book["sha256"] for book in self.manifest["books"]}
+        texts: dict[str, str] = {}
+        field = self.manifest.get("text_field") or "text"
+        for index, src in enumerate(self.manifest["sources"]):
+            try:
+                for _, _, path, text in open_source(src["path"], field).tasks(index, field):
+                    text = read_book(Path(path))[1] if path is not None else text
+                    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                    if sha in wanted:
+                        texts[sha] = text
+            except MegaevalError as e:
+                problem = str(e).split("; ")[0]
+                raise fail(
+                    f"cannot read the books of {self.path} again from its source {src['path']} ({problem})",
+                    "run from the folder prep-books ran in, so that the source's path leads to it",
+                ) from None
+        for book in self.manifest["books"]:
+            if book["sha256"] not in texts:
+                raise fail(f"book {book['id']} of {self.path} is not in its source any more ({book['sha256'][:12]})",
+                           "re-run `megaeval prep-books` on the sources as they are now")  # fmt: skip
+        return texts
+
     def describe(self) -> dict[str, Any]:
         """Facts recorded in reports."""
         m = self.manifest

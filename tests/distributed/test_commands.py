@@ -244,3 +244,47 @@ def test_needle_transformer_sharing_each_prompt_over_two_ranks_equals_one_proces
     for a, b in zip(one_lengths, cp_lengths, strict=True):
         assert b["state_bytes"] < a["state_bytes"]  # each rank holds a slice of the KV cache
         assert {k: v for k, v in a.items() if k != "state_bytes"} == {k: v for k, v in b.items() if k != "state_bytes"}
+
+
+def _longppl_args(tmp_path: Path) -> list[str]:
+    from megaeval_testing import AUSTEN
+
+    data = tmp_path / "docs.jsonl"
+    texts = [(AUSTEN / f"{b}.txt").read_text(encoding="utf-8")[40_000:44_000] for b in ("emma", "persuasion", "emma")]
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:2]) + json.dumps({"text": texts[2][:2500]}))
+    args = ["longppl", "--model", "embedded:mamba2-tiny", "--evaluator", "embedded:megalodon-tiny", "--data",
+            str(data), "--trunc-len", "128", "--sliding-window", "64", "--alpha", "0.5", "--beta", "-4",
+            "--dtype", "float64"]  # fmt: skip
+    return args
+
+
+def _longppl_runs(args: list[str], tmp_path: Path, runs: tuple) -> dict:
+    done = {}
+    for name, ranks, extra in runs:
+        outs = ["--out", str(tmp_path / f"{name}.json"), "--samples", str(tmp_path / f"{name}.jsonl"),
+                "--save-key-tokens", str(tmp_path / f"{name}-keys.json")]  # fmt: skip
+        done[name] = megaeval(*args, *outs, *extra, ranks=ranks)
+        assert done[name].returncode == 0, done[name].stderr
+    return done
+
+
+def test_longppl_on_two_ranks_equals_one_process(tmp_path):
+    args = _longppl_args(tmp_path)
+    runs = _longppl_runs(args, tmp_path, (("one", 1, ()), ("two", 2, ())))
+    assert runs["two"].stdout.count("report:") == 1
+    assert numbers(tmp_path / "two.json") == numbers(tmp_path / "one.json")
+    assert (tmp_path / "two.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
+    keys = [json.loads((tmp_path / f"{n}-keys.json").read_text()) for n in ("one", "two")]
+    assert keys[0]["documents"] == keys[1]["documents"] and sum(len(d["spans"]) for d in keys[0]["documents"]) > 3
+
+
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
+def test_longppl_sharing_each_document_over_two_ranks_equals_one_process(tmp_path):
+    """--chunk-parallel 2: the model (Mamba-2) and the evaluator (MEGALODON) each read every document over two ranks."""
+    _longppl_runs(_longppl_args(tmp_path), tmp_path, (("one", 1, ()), ("cp", 2, ("--chunk-parallel", "2"))))
+    keys = [json.loads((tmp_path / f"{n}-keys.json").read_text())["documents"] for n in ("one", "cp")]
+    assert keys[0] == keys[1]
+    one, cp = (json.loads((tmp_path / f"{n}.json").read_text())["results"] for n in ("one", "cp"))
+    for a, b in zip(one["documents"], cp["documents"], strict=True):
+        assert a["n_key_tokens"] == b["n_key_tokens"]
+        assert b["longppl"] == pytest.approx(a["longppl"], rel=1e-10) and b["ppl"] == pytest.approx(a["ppl"], rel=1e-10)

@@ -47,6 +47,27 @@ class HFTokenizer:
         """Token ids of `text`, without BOS/EOS."""
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
+    def encode_offsets(self, text: str, specials: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of `text` (`specials`: with the tokenizer's default special tokens) and each token's character
+        span: the fast tokenizer's offset mapping, or for a slow one LongPPL's `compute_offsets` (each token's
+        length is what it adds to the decoded text, spans laid end to end from 0)."""
+        try:
+            enc = self.tok(text, add_special_tokens=specials, return_offsets_mapping=True)
+        except NotImplementedError:  # a slow tokenizer of transformers 4 refuses
+            enc = self.tok(text, add_special_tokens=specials)
+        ids = list(enc["input_ids"])
+        if "offset_mapping" in enc:  # (transformers 5's sentencepiece backend leaves it out without a word)
+            return ids, [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+        offsets, at = [], 0
+        for i in range(len(ids)):
+            if i == 0:
+                size = len(self.tok.decode(ids[:1]))
+            else:
+                size = len(self.tok.decode(ids[i - 1 : i + 1])) - len(self.tok.decode(ids[i - 1 : i]))
+            offsets.append((at, at + size))
+            at += size
+        return ids, offsets
+
     def decode(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True)
 
