@@ -617,6 +617,10 @@ NEEDLE = ("needle --model {ckpt} --task niah_single_2 --lengths 512 --depths 0,1
           "--samples {samples} --no-progress")  # fmt: skip
 RULER = ("ruler --model {ckpt} --tasks niah_single_1 --lengths 1K --num-samples 1 --out {out} --samples {samples} "
          "--no-progress")  # fmt: skip
+LONGPPL = ("longppl --model embedded:mamba2-tiny --evaluator embedded:megalodon-tiny --data {work}/d.jsonl "
+           "--trunc-len 16 --sliding-window 8 --out {out} --samples {samples} --no-progress")  # fmt: skip
+LONGPPL_KEYS = LONGPPL.replace("--evaluator embedded:megalodon-tiny", "--key-tokens {work}/k.json")
+LDOC = make_file("d.jsonl", '{"text": "' + "It was a truth universally acknowledged. " * 12 + '"}\n')
 RULER_PREP = "ruler --prepare-only --tokenizer {ckpt} --tasks qa_1 --lengths 1K --num-samples 1 --write-data {work}/w"
 PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)) * 8
 LATIN1 = "Le café était très animé. Émile arriva à l'heure.\n".encode("latin-1")
@@ -980,6 +984,25 @@ CASES = [
          r"--fewshot-as-multiturn puts exemplars in chat turns, but no --chat-template is given"),
     Case("scrolls/chat-template-missing", SMODEL + " --chat-template", r"has no chat template"),
     Case("needle/system-instruction-empty", NEEDLE + " --system-instruction ' '", r"--system-instruction is empty"),
+    # ---- longppl: bad data, key-token files, impossible settings
+    Case("longppl/data-missing", LONGPPL, r"source not found: .*d\.jsonl"),
+    Case("longppl/empty-document", LONGPPL, r"document d\.jsonl:0 of .* is empty",
+         make_file("d.jsonl", '{"text": ""}\n')),
+    Case("longppl/trunc-len-past-the-document", LONGPPL.replace("--trunc-len 16", "--trunc-len 4096"),
+         r"--trunc-len 4,096 is not below document d\.jsonl:0's \d+ evaluator tokens", LDOC),
+    Case("longppl/alpha-nan", LONGPPL + " --alpha nan", r"--alpha must be a finite number, got nan", LDOC),
+    Case("longppl/key-file-not-json", LONGPPL_KEYS,
+         r"cannot read key-token file .*k\.json", lambda c: (LDOC(c), make_file("k.json", "[oops")(c))),
+    Case("longppl/key-file-for-other-data",
+         LONGPPL_KEYS,
+         r"k\.json holds 0 documents but --data has 1",
+         lambda c: (LDOC(c), make_file("k.json", '{"kind": "megaeval-longppl-key-tokens", "schema_version": 1, '
+                    '"settings": {"trunc_len": 16, "sliding_window": 8, "alpha": 2, "beta": -2}, "evaluator": {}, '
+                    '"documents": []}')(c))),
+    Case("longppl/evaluator-context-too-short", LONGPPL.replace("megalodon-tiny", "transformer-tiny"),
+         r"has [\d,]+ tokens but the evaluator's context is 512 tokens.*--chunk-parallel",
+         make_file("d.jsonl", '{"text": "' + "It was a truth universally acknowledged. " * 200 + '"}\n')),
+    Case("ppl-sweep/key-tokens-missing", PPL + " --key-tokens {work}/none.json", r"key-token file not found"),
 ]
 # fmt: on
 

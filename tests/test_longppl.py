@@ -141,8 +141,8 @@ def test_bad_inputs_are_one_line(docs, tmp_path):
         run_longppl(LongpplSettings(data=[str(empty)], evaluator="embedded:megalodon-tiny", **out), False)
     with pytest.raises(MegaevalError, match=r"^--trunc-len 4,096 is not below document docs\.jsonl:0's 2,\d{3} eval"):
         run_longppl(settings(docs, tmp_path, trunc_len=4096), False)
-    with pytest.raises(MegaevalError, match=r"document docs\.jsonl:0 \(evaluator tokens\) has 2,\d{3} tokens but the "
-                       r"model's context is 512 tokens.*--chunk-parallel P"):  # fmt: skip
+    with pytest.raises(MegaevalError, match=r"document docs\.jsonl:0 has 2,\d{3} tokens but the evaluator's "
+                       r"context is 512 tokens.*--chunk-parallel P"):  # fmt: skip
         run_longppl(settings(docs, tmp_path, evaluator="embedded:transformer-tiny"), False)
     bert = build_hf_bert(tmp_path / "bert")
     with pytest.raises(MegaevalError, match=r"causal"):

@@ -125,7 +125,7 @@ def prepare(lm: StreamingLM, settings: LongpplSettings, documents: list[Document
                 raise fail(f"--trunc-len {key.trunc_len:,} is not below document {doc.id}'s {len(ids):,} evaluator "
                            "tokens: no token has a short context to compare with",
                            "pass a smaller --trunc-len, or longer documents")  # fmt: skip
-            check_fits(evaluator, len(ids), f"document {doc.id} (evaluator tokens)", CONTEXT_FIX)
+            check_fits(evaluator, len(ids), f"document {doc.id}", CONTEXT_FIX, "the evaluator")
             evaluator_tokens.append((ids, offsets))
     return {"evaluator": evaluator, "model_tokens": model_tokens, "evaluator_tokens": evaluator_tokens}
 

@@ -225,7 +225,7 @@ def sweep_results(
     keyed = any("keys" in r for r in records)
     key_sum, key_count = dict.fromkeys(lengths, 0.0), dict.fromkeys(lengths, 0)
     for r in records:
-        for p_keys, served in zip(r.get("keys", []), r["served"], strict=True):
+        for p_keys, served in zip(r["keys"], r["served"], strict=True) if keyed else ():
             for (length, _), (nll, count) in zip(served, p_keys, strict=True):
                 key_sum[length] += nll
                 key_count[length] += count

@@ -35,10 +35,10 @@ class KeySettings:
     beta: float
 
 
-def check_fits(lm: StreamingLM, n_tokens: int, what: str, fix: str) -> None:
+def check_fits(lm: StreamingLM, n_tokens: int, what: str, fix: str, whose: str = "the model") -> None:
     """Refuse a fixed-context model asked to read `n_tokens` in one pass (never windowed silently)."""
     if lm.max_context is not None and n_tokens > lm.max_context:
-        raise fail(f"{what} has {n_tokens:,} tokens but the model's context is {lm.max_context:,} tokens", fix)
+        raise fail(f"{what} has {n_tokens:,} tokens but {whose}'s context is {lm.max_context:,} tokens", fix)
 
 
 def full_nll(lm: StreamingLM, ids: list[int] | np.ndarray, what: str) -> np.ndarray:
@@ -78,7 +78,7 @@ def key_spans(
 ) -> tuple[list[tuple[int, int]], int]:  # fmt: skip
     """The document's key-token character spans (merged where they touch) and the evaluator's count of key tokens,
     from its tokens `ids` (default special tokens included) and their `offsets`."""
-    check_fits(evaluator, len(ids), f"{what} (evaluator tokens)", CONTEXT_FIX)
+    check_fits(evaluator, len(ids), what, CONTEXT_FIX, "the evaluator")
     full = full_nll(evaluator, ids, what)
     short = short_nll(evaluator, ids, key, batch_size, what)
     positions = key_positions(full, short, key.alpha, key.beta)
