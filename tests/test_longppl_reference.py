@@ -18,8 +18,8 @@ from megaeval.commands.longppl import LongpplSettings, run_longppl  # noqa: E402
 from megaeval_testing import AUSTEN  # noqa: E402
 
 TINY = AUSTEN.parents[2] / "megaeval" / "assets" / "transformer-tiny"
-BODY = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[20_000:30_000]
-TEXT = BODY + "\n\n" + BODY[:4000]  # a passage seen again: context far back helps there
+BODY = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[20_000:27_000]
+TEXT = BODY + "\n\n" + BODY[:3000]  # a passage seen again: context far back helps there
 WIDE = "max_context=8192"  # the tiny Transformer (512 positions) reads 5K tokens in one pass, as the reference does
 
 

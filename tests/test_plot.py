@@ -51,3 +51,24 @@ def test_plot_errors(tmp_path):
     other.write_text(json.dumps({"schema_version": 1, "command": "scrolls", "results": {}}))
     bad = runner.invoke(app, ["plot", str(other), "--out", str(tmp_path / "x.png")])
     assert bad.exit_code == 2 and "plot draws ppl-sweep, needle or ruler reports" in bad.stderr
+
+
+def test_longppl_is_drawn_from_the_reports_key_token_numbers(tmp_path, monkeypatch):
+    from megaeval.commands import plot
+
+    a = fake_report(tmp_path / "a.json", "mega", [30.0, 25.0, 21.0])
+    report = json.loads((tmp_path / "a.json").read_text())
+    for row, value in zip(report["results"]["lengths"], [9.0, 6.5, 4.25], strict=True):
+        row.update(longppl=value, n_key_tokens=12, key_nll_sum=12 * math.log(value))
+    (tmp_path / "a.json").write_text(json.dumps(report))
+    drawn = []
+    monkeypatch.setattr(plot, "_save", lambda plt, fig, out: drawn.append(fig) or out)
+    plot.plot_reports([a], tmp_path / "l.png", metric="longppl")
+    line = drawn[0].axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [256, 512, 1024] and list(line.get_ydata()) == [9.0, 6.5, 4.25]
+    assert "LongPPL" in drawn[0].axes[0].get_ylabel()
+    plain = fake_report(tmp_path / "b.json", "llama", [28.0])
+    bad = runner.invoke(app, ["plot", plain, "--metric", "longppl", "--out", str(tmp_path / "x.png")])
+    assert bad.exit_code == 2 and "has no LongPPL; run ppl-sweep with --key-tokens F or --evaluator E" in bad.stderr
+    table = runner.invoke(app, ["report", a, "--metric", "longppl", "--format", "csv"])
+    assert table.exit_code == 0 and table.stdout.splitlines()[1:] == ["256,9.0000", "512,6.5000", "1K,4.2500"]

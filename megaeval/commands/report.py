@@ -29,6 +29,24 @@ def sweep_rows(reports: list[dict[str, Any]], metric: str = "ppl") -> tuple[list
     return ["context"], rows
 
 
+LONGPPL_METRICS = ("longppl", "ppl", "n_key_tokens", "n_tokens")
+
+
+def longppl_rows(reports: list[dict[str, Any]], metric: str = "longppl") -> tuple[list[str], list[list[str]]]:
+    """Side-by-side longppl table: one row per document (by id, in first-seen order) and the pooled row."""
+    if metric not in LONGPPL_METRICS:
+        raise fail(f"unknown metric {metric!r} for longppl reports", f"use one of: {', '.join(LONGPPL_METRICS)}")
+    tables = [{d["id"]: d for d in r["results"]["documents"]} for r in reports]
+    ids = list(dict.fromkeys(i for table in tables for i in table))
+    rows = [[i] + [_cell(table.get(i, {}).get(metric)) for table in tables] for i in ids]
+    rows.append(["all (pooled)"] + [_cell(r["results"].get(metric)) for r in reports])
+    return ["document"], rows
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else format_value(value)
+
+
 def task_rows(reports: list[dict[str, Any]], metric: str | None = None) -> tuple[list[str], list[list[str]]]:
     """Side-by-side scrolls/academic table: one row per task (its headline metric unless `metric`)."""
     tasks: list[str] = []
@@ -128,7 +146,10 @@ def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = No
         return needle_tables(reports, labels, fmt)
     if commands == {"ruler"}:
         return ruler_tables(reports, labels, fmt)
-    if commands == {"ppl-sweep"}:
+    if commands == {"longppl"}:
+        header, rows = longppl_rows(reports, metric or "longppl")
+        title = f"longppl reports: {metric or 'longppl'} by document"
+    elif commands == {"ppl-sweep"}:
         header, rows = sweep_rows(reports, metric or "ppl")
         title = f"{metric or 'ppl'} by context length"
     else:

@@ -113,7 +113,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return report
 
 
-COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler")
+COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl")
 TASK_SUMMARIES = ("average", "average_of")  # results keys of a task report that are not tasks
 
 
@@ -206,6 +206,20 @@ def _check_ruler(results: dict[str, Any], path: Path, fix: str) -> None:
         raise fail(f"{broken}: results.effective_length is {effective!r:.40}, not a length", fix)
 
 
+def _check_longppl(results: dict[str, Any], path: Path, fix: str) -> None:
+    """A longppl report's table, as `report` reads it: documents with an id and their numbers, and the pooled ones."""
+    broken = f"{path} is not a complete megaeval report"
+    docs = results.get("documents")
+    if not isinstance(docs, list) or not docs or not all(isinstance(d, dict) and isinstance(d.get("id"), str)
+                                                        for d in docs):  # fmt: skip
+        raise fail(f"{broken}: results.documents is missing or malformed", fix)
+    for where, row in [("results", results), *((f"results.documents[{i}]", d) for i, d in enumerate(docs))]:
+        for key in ("longppl", "ppl", "n_key_tokens", "n_tokens"):
+            value = row.get(key)
+            if not (_number(value) or (value is None and key == "longppl")):
+                raise fail(f"{broken}: {where}.{key} is {value!r:.40}, not a number", fix)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -218,6 +232,9 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
         raise fail(f"{broken}: results is a {type(results).__name__}, not an object", fix)
     if report.get("command") == "ruler":
         _check_ruler(results, path, fix)
+        return
+    if report.get("command") == "longppl":
+        _check_longppl(results, path, fix)
         return
     if report.get("command") != "ppl-sweep":
         _check_tasks(results, broken, fix)
