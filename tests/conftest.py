@@ -12,11 +12,18 @@ import os
 # it is imported, for the whole process (megaeval.kernels.common). So the variable is set here, before the imports
 # below bring in megaeval and with it Triton. On a CPU nothing else changes: "auto" picks the PyTorch references.
 os.environ["TRITON_INTERPRET"] = "1"
+# Under pytest-xdist (`make test` runs one worker per core), each worker computes on one thread: two workers of
+# two threads each on two cores would spend their time preempting each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 from pathlib import Path
 
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 from megaeval.data_prep.tokenizer import train_sentencepiece
 from megaeval.models.megalodon import ModelArgs, save_checkpoint
