@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: setup test demo lint clean
+.PHONY: setup browser test demo lint clean
 
 setup: $(VENV)/.installed
 
@@ -21,8 +21,16 @@ $(VENV)/.installed: pyproject.toml
 # One pytest-xdist worker per core, each computing on one thread (tests/conftest.py), a test file per worker at a
 # time (its module fixtures built once): on 2 cores about half the wall time of one process.
 XDIST ?= -n auto --dist loadfile
-test: setup
-	@$(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS); rc=$$?; \
+# The HTML page's browser test (tests/test_report_html.py) needs headless Chromium: Debian's package, installed here
+# when it is missing (as root, or through sudo); with MEGAEVAL_REQUIRE_BROWSER=1 the test fails rather than skips.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { echo "make: installing Debian's chromium (headless browser tests)"; \
+	$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	>/dev/null; }
+
+test: setup browser
+	@MEGAEVAL_REQUIRE_BROWSER=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; fi; exit $$rc
 
 # The embedded zoo, offline: a tiny MEGALODON, RFA, Transformer and Mamba-2 (same tokenizer, same five Austen
@@ -64,11 +72,17 @@ demo: setup
 	@echo "      about 0: this step shows the SCROLLS pipeline end to end. Its perplexity above is the number that moves."
 	$(BIN)/megaeval academic --data-dir $(SAMPLES) --limit 10 \
 		--out reports/demo_academic.json --samples reports/demo_academic.jsonl --resume
-	$(BIN)/megaeval needle --model embedded:megalodon-tiny $(DEMO_NEEDLE) --out reports/demo_needle_megalodon.json
-	$(BIN)/megaeval needle --model embedded:mamba2-tiny $(DEMO_NEEDLE) --out reports/demo_needle_mamba2.json
+	$(BIN)/megaeval needle --model embedded:megalodon-tiny $(DEMO_NEEDLE) --out reports/demo_needle_megalodon.json \
+		--samples reports/demo_needle_megalodon.jsonl
+	$(BIN)/megaeval needle --model embedded:mamba2-tiny $(DEMO_NEEDLE) --out reports/demo_needle_mamba2.json \
+		--samples reports/demo_needle_mamba2.jsonl
 	$(BIN)/megaeval plot reports/demo_needle_megalodon.json reports/demo_needle_mamba2.json --out reports/demo_needle.png
 	@echo "note: 1.4M-parameter models cannot retrieve a passkey, so the heatmaps are all zeros: this step shows the"
 	@echo "      needle pipeline end to end (a model given the answer scores 1.0 in every cell: tests/test_needle.py)."
+	$(BIN)/megaeval report $(DEMO_REPORTS) reports/demo_scrolls.json reports/demo_academic.json \
+		reports/demo_needle_megalodon.json reports/demo_needle_mamba2.json --samples reports/demo_scrolls.jsonl \
+		--samples reports/demo_academic.jsonl --samples reports/demo_needle_megalodon.jsonl \
+		--samples reports/demo_needle_mamba2.jsonl --format html --out reports/demo.html
 
 lint: setup
 	$(BIN)/ruff check .

@@ -322,7 +322,7 @@ app.command("longppl")(longppl)
 @user_errors
 def report_cmd(
     reports: Annotated[list[str], typer.Argument(help="Report JSON files.")],
-    fmt: Annotated[str, typer.Option("--format", help="table, markdown or csv.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help="table, markdown, csv, or html (one page, --out).")] = "table",
     metric: Annotated[
         str | None,
         typer.Option(
@@ -330,10 +330,25 @@ def report_cmd(
             "such as exact_match (default: each task's headline metric)."
         ),
     ] = None,
+    samples: Annotated[
+        list[str] | None, typer.Option(help="html: the runs' --samples files, for the sample browser (repeatable).")
+    ] = None,
+    out: Annotated[str | None, typer.Option(help="html: the page to write, e.g. reports/runs.html.")] = None,
 ) -> None:
-    """Reports side by side: a row per context length (ppl-sweep) or per task, a column per report."""
+    """Reports side by side: a row per context length (ppl-sweep) or per task, a column per report; with
+    --format html, one self-contained page of every kind with plots and a sample browser."""
     from .commands.report import compare
+    from .errors import fail
 
+    if fmt == "html":
+        from .commands.report_html import write_html
+
+        if out is None:
+            raise fail("--format html writes a page", "pass --out runs.html")
+        echo(f"page: {write_html(reports, samples or [], out)}")
+        return
+    if samples or out:
+        raise fail("--samples and --out go with --format html", "pass --format html, or leave them out")
     echo(compare(reports, fmt=fmt, metric=metric), end="")
 
 

@@ -20,6 +20,7 @@ from ..metrics.needle import needle_score
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
+from ..runs.samples import prompt_ends
 from ..scoring.chat import ChatFlags, select_template
 from ..scoring.generate import generate_branches, parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
@@ -34,7 +35,6 @@ from ..tasks.specs import list_tasks, parse_tasks, spec_sha256
 DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
 DEFAULT_NEEDLE_LENGTHS = "4K,8K,16K,32K,64K,128K"
 SCHEDULES = ("auto", "shared", "naive")
-HEAD = 300  # characters of a prompt's start and end kept in the samples file
 MAX_LENGTH = 16 << 20  # a 16M-token prompt's text, ids and haystack take a few GB of host memory
 
 
@@ -152,7 +152,7 @@ def _evaluate(
                 "haystack_units": p.haystack_units, "answer": p.answers,
                 "prediction": gen.text, "score": needle_score(spec["metric"], gen.text, p.answers),
                 "stop_reason": gen.stop_reason, "generated_tokens": len(gen.tokens),
-                "prompt_head": p.text[:HEAD], "prompt_tail": p.text[-HEAD:],
+                **prompt_ends(p.text),
             })  # fmt: skip
         naive = sum(len(p.ids) for p in prompts)
         return {"prompts": rows, "tokens_read": read, "tokens_naive": naive,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +135,46 @@ def _accuracy(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}"
 
 
+def _sweep_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    header, rows = sweep_rows(reports, metric or "ppl")
+    return render_table(header + labels, rows, fmt, title=f"{metric or 'ppl'} by context length")
+
+
+def _longppl_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    header, rows = longppl_rows(reports, metric or "longppl")
+    return render_table(header + labels, rows, fmt, title=f"longppl reports: {metric or 'longppl'} by document")
+
+
+def _task_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    header, rows = task_rows(reports, metric)
+    title = f"{reports[0]['command']}: {metric or 'headline metric'} by task"
+    return render_table(header + labels, rows, fmt, title=title)
+
+
+def _needle_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    return needle_tables(reports, labels, fmt) if metric is None else _task_table(reports, labels, fmt, metric)
+
+
+@dataclass(frozen=True)
+class ReportKind:
+    """How one kind of report is shown: its title, its terminal table (`report`) and its HTML section
+    (`report --format html`, in report_html_sections). A new report kind adds one entry here."""
+
+    title: str
+    table: Callable[[list[dict[str, Any]], list[str], str, str | None], str]
+    html: str  # the name of its renderer in report_html_sections (imported only for HTML)
+
+
+KINDS = {
+    "ppl-sweep": ReportKind("Perplexity by context length", _sweep_table, "sweep_section"),
+    "longppl": ReportKind("LongPPL", _longppl_table, "longppl_section"),
+    "scrolls": ReportKind("SCROLLS", _task_table, "task_section"),
+    "academic": ReportKind("Academic suite", _task_table, "task_section"),
+    "needle": ReportKind("Needle in a haystack", _needle_table, "needle_section"),
+    "ruler": ReportKind("RULER", lambda reports, labels, fmt, _: ruler_tables(reports, labels, fmt), "ruler_section"),
+}
+
+
 def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = None) -> str:
     """`megaeval report`: the given reports side by side."""
     if not paths:
@@ -140,23 +182,10 @@ def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = No
     reports = [load_report(p) for p in paths]
     commands = {r.get("command") for r in reports}
     if len(commands) > 1:
-        raise fail(f"cannot put {' and '.join(sorted(map(str, commands)))} reports in one table", "pass one kind")
+        raise fail(f"cannot put {' and '.join(sorted(map(str, commands)))} reports in one table",
+                   "pass one kind, or --format html for one page of every kind")  # fmt: skip
     labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
-    if commands == {"needle"} and metric is None:
-        return needle_tables(reports, labels, fmt)
-    if commands == {"ruler"}:
-        return ruler_tables(reports, labels, fmt)
-    if commands == {"longppl"}:
-        header, rows = longppl_rows(reports, metric or "longppl")
-        title = f"longppl reports: {metric or 'longppl'} by document"
-    elif commands == {"ppl-sweep"}:
-        header, rows = sweep_rows(reports, metric or "ppl")
-        title = f"{metric or 'ppl'} by context length"
-    else:
-        header, rows = task_rows(reports, metric)
-        title = f"{commands.pop()}: {metric or 'headline metric'} by task"
-    header += labels
-    return render_table(header, rows, fmt, title=title)
+    return KINDS[commands.pop()].table(reports, labels, fmt, metric)
 
 
 def task_summary(report: dict[str, Any]) -> str:

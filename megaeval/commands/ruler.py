@@ -25,6 +25,7 @@ from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
+from ..runs.samples import prompt_ends
 from ..scoring.chat import ChatFlags, select_template
 from ..scoring.generate import generate_branches, parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
@@ -34,7 +35,6 @@ from ..tasks.ruler_data import generate_instances, read_instances, write_instanc
 from ..tasks.ruler_inputs import RulerInputs, token_counter
 from ..tasks.ruler_spec import load_ruler_task
 from ..tasks.specs import parse_tasks, spec_sha256
-from .needle import HEAD
 
 DEFAULT_RULER_LENGTHS = "4K,8K,16K,32K,64K,128K"
 MEMORY = "peak_memory_bytes"  # per instance: the peak while its batch was read and answered
@@ -201,7 +201,7 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
                     "outputs": record["outputs"], "prediction": answer.text,
                     "score": needle_score(spec["metric"], answer.text, record["outputs"]),
                     "stop_reason": answer.stop_reason, "token_position_answer": record.get("token_position_answer"),
-                    "prompt_head": text[:HEAD], "prompt_tail": text[-HEAD:], **measured,
+                    **prompt_ends(text), **measured,
                 })  # fmt: skip
         return records
 

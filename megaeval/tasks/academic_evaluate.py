@@ -15,6 +15,7 @@ from typing import Any
 
 from ..metrics.academic import choice_predictions, exact_match
 from ..models.base import StreamingLM
+from ..runs.samples import decoded_ends
 from ..scoring.generate import decode_rows, prefill
 from ..scoring.loglik import Prefix, read_prefix
 from ..scoring.requests import bos_prefix, encode_pair, score_request_pair_sets, truncate_prompt
@@ -110,6 +111,7 @@ def evaluate_choice_docs(
             "acc_norm": float(pred_norm == doc.gold) if "acc_norm" in metrics else None,
             "context_tokens": context_tokens, "forward_tokens": scored.forward_tokens,
             "forward_tokens_from_scratch": scored.from_scratch, "truncated_tokens": scored.truncated,
+            **decoded_ends(lm.tokenizer, pairs[0][0]),
         })  # fmt: skip
     return records
 
@@ -140,5 +142,6 @@ def evaluate_generations(
             "exact_match": exact_match(prediction, doc.references, **chosen["exact_match"]),
             "stop_reason": gen.stop_reason, "prompt_tokens": len(ids), "generated_tokens": len(gen.tokens),
             "forward_tokens": fed, "forward_tokens_from_scratch": fed, "truncated_tokens": dropped,
+            **decoded_ends(lm.tokenizer, ids),
         })  # fmt: skip
     return records

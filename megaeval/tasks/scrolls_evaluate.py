@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import fail
 from ..metrics.scrolls import example_scores
 from ..models.base import State, StreamingLM
+from ..runs.samples import decoded_ends
 from ..scoring.chat import ChatFormat, ChatTemplate
 from ..scoring.generate import decode_rows, prefill
 from ..scoring.requests import bos_prefix
@@ -119,5 +120,6 @@ def evaluate_examples(
             "prediction": prediction, "references": example.references, "stop_reason": gen.stop_reason,
             "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in task.exemplars],
             "scores": example_scores(chosen["metric"], prediction, example.references),
+            **decoded_ends(lm.tokenizer, [*fit.ids, *ids]),
         })  # fmt: skip
     return records
