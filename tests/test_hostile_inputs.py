@@ -896,6 +896,14 @@ CASES = [
     Case("report/metric-unknown-on-task-report", "report {scrolls_report} --metric foo", r"foo"),
     Case("report/metric-unknown-on-ppl-report", "report {ppl_report} --metric foo", r"foo"),
     Case("report/format-unknown", "report {ppl_report} --format xml", r"format|xml"),
+    Case("report/html-without-out", "report {ppl_report} --format html", r"--format html writes a page; pass --out"),
+    Case("report/html-out-not-html", "report {ppl_report} --format html --out {work}/page.txt", r"must end in \.html"),
+    Case("report/html-samples-of-no-report", "report {ppl_report} --format html --out {work}/p.html --samples "
+         "{work}/s.jsonl", r"s\.jsonl belongs to none of the given reports", make_file("s.jsonl", '{"task": "x"}\n')),
+    Case("report/html-samples-not-json", "report {ppl_report} --format html --out {work}/p.html --samples "
+         "{work}/s.jsonl", r"s\.jsonl", make_file("s.jsonl", "not json\n")),
+    Case("report/samples-without-html", "report {ppl_report} --samples {work}/s.jsonl",
+         r"--samples and --out go with --format html"),
     Case("report/schema-version-from-the-future", "report {ppl_report}", r"schema_version",
          report_copy("ppl_report", lambda r: r.update(schema_version=99))),
     Case("report/schema-version-a-string", "report {ppl_report}", r"schema_version must be the integer 1, got '1'",

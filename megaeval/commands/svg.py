@@ -13,7 +13,7 @@ from ..tables import format_length
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("circle", "square", "triangle", "diamond", "cross", "circle", "square", "triangle")
 DASHES = ("", "6 3", "2 3", "8 3 2 3", "1 2", "4 4", "10 2", "3 6")
-WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 340, 64, 150, 28, 52
+WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 700, 340, 64, 200, 28, 52
 
 
 def _marker(kind: str, x: float, y: float, colour: str) -> str:
@@ -79,7 +79,7 @@ def line_chart(series: list[tuple[str, list[tuple[int, float | None]]]], title: 
                        f"<title>{escape(label)}: {format_length(x)} → {y:.6g}</title></g>")  # fmt: skip
         a, b, _, _ = shown[-1]
         out.append(f'<text x="{LEFT + plot_w + 8}" y="{b + 4:.1f}" fill="{colour}">{_marker_glyph(marker)} '
-                   f"{escape(label[:18])}</text></g>")  # fmt: skip
+                   f"{escape(label[:28])}</text></g>")  # fmt: skip
     out.append("</svg>")
     return "".join(out)
 

@@ -71,7 +71,8 @@ window.addEventListener("error", (e) => { document.body.dataset.error = String(e
     el.appendChild(text("div", "run", s.run));
     const score = s.score === null || s.score === undefined ? "" : " (score " + Number(s.score).toPrecision(4) + ")";
     el.appendChild(text("div", "verdict", verdict(s) + score));
-    const parts = [["prompt head", s.prompt_head], ["prompt tail", s.prompt_tail], ["prediction", s.prediction],
+    const tail = s.prompt_tail === s.prompt_head ? "" : s.prompt_tail; // a short prompt is all head
+    const parts = [["prompt head", s.prompt_head], ["prompt tail", tail], ["prediction", s.prediction],
       ["references", s.references], ["detail", s.detail]];
     for (const [name, value] of parts) {
       if (!value) continue;
