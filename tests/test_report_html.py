@@ -193,3 +193,27 @@ def test_scrolls_samples_are_scored_on_their_tasks_headline_metric(tmp_path):
     rows = browser_rows(lines, report, "m", tmp_path / "s.jsonl")
     assert [(r["score"], r["correct"]) for r in rows[:2]] == [(1.0, True), (0.5, False)]
     assert rows[2]["score"] == pytest.approx((0.4 * 0.1 * 0.2) ** (1 / 3)) and rows[2]["correct"] is False
+
+
+def test_ruler_and_longppl_reports_get_their_tables(tmp_path):
+    ruler = base("ruler", "m", {}, {
+        "tasks": {"niah_single_1": {"lengths": [{"length": 4096, "score": 100.0}, {"length": 8192, "score": 40.0}]},
+                  "vt": {"lengths": [{"length": 4096, "score": 80.0}, {"length": 8192, "score": 20.0}]}},
+        "lengths": [{"length": 4096, "average": 90.0}, {"length": 8192, "average": 30.0}], "average": 60.0,
+        "wavg_inc": 50.0, "wavg_dec": 70.0, "threshold": 85.6, "effective_length": 4096})  # fmt: skip
+    docs = [{"id": "d1", "longppl": 3.0, "ppl": 20.0, "n_key_tokens": 5, "n_tokens": 100},
+            {"id": "d2", "longppl": None, "ppl": 30.0, "n_key_tokens": 0, "n_tokens": 50}]  # fmt: skip
+    longppl = base("longppl", "m2", {}, {"documents": docs, "longppl": 3.0, "ppl": 23.0, "n_key_tokens": 5,
+                                         "n_tokens": 150})  # fmt: skip
+    for name, report in (("ruler", ruler), ("longppl", longppl)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(report))
+    page = write_html([tmp_path / "ruler.json", tmp_path / "longppl.json"], [], tmp_path / "p.html").read_text()
+    parsed = Tables()
+    parsed.feed(page)
+    grid, table = parsed.tables
+    assert grid[1:] == [["niah_single_1", format_value(100.0), format_value(40.0)],
+                        ["vt", format_value(80.0), format_value(20.0)],
+                        ["average", format_value(90.0), format_value(30.0)]]  # fmt: skip
+    assert "effective length 4K" in page
+    assert table[1:] == [["d1", format_value(3.0), format_value(20.0)], ["d2", "", format_value(30.0)],
+                         ["all (pooled)", format_value(3.0), format_value(23.0)]]  # fmt: skip

@@ -1,6 +1,7 @@
 """`megaeval report --format html`: one self-contained page for a set of runs. Sections by report kind (each kind's
 renderer in report_html_sections, named by `report.KINDS`), provenance at a glance, and a sample browser over the
-runs' samples files. No network, no server: styles, script and data are inline; pictures are SVG."""
+runs' samples files. No network, no server: the style and script (commands/html/), the data and the SVG pictures
+are inline."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def render_page(reports: list[dict[str, Any]], labels: list[str], samples: list[
 
 
 def _asset(name: str) -> str:
-    return (resources.files("megaeval") / "assets" / "html" / name).read_text(encoding="utf-8")
+    return (resources.files("megaeval.commands") / "html" / name).read_text(encoding="utf-8")
 
 
 def provenance(reports: list[dict[str, Any]], labels: list[str]) -> str:
