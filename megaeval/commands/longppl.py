@@ -31,7 +31,7 @@ from ..scoring.key_tokens import (  # fmt: skip
     load_evaluator,
     model_key_positions,
 )
-from ..tables import format_value, render_table
+from ..tables import format_value, render_table, report_label
 from ..tasks.longppl_data import (
     Document,
     key_file,
@@ -198,6 +198,6 @@ def longppl_summary(report: dict[str, Any]) -> str:
     rows.append(["all (pooled)", f"{res['n_tokens']:,}", f"{res['n_key_tokens']:,}", format_value(res["ppl"]),
                  "" if res["longppl"] is None else format_value(res["longppl"])])  # fmt: skip
     s = report["settings"]
-    title = (f"LongPPL of {report['model'].get('spec')} (key tokens: trunc_len {s['trunc_len']}, sliding_window "
-             f"{s['sliding_window']}, alpha {s['alpha']:g}, beta {s['beta']:g})")  # fmt: skip
+    title = (f"LongPPL of {report_label(report, 'model')}: T={s['trunc_len']}, W={s['sliding_window']}, "
+             f"alpha {s['alpha']:g}, beta {s['beta']:g}")  # fmt: skip
     return render_table(["document", "tokens", "key tokens", "ppl", "longppl"], rows, "table", title=title)
