@@ -217,3 +217,17 @@ def test_ruler_and_longppl_reports_get_their_tables(tmp_path):
     assert "effective length 4K" in page
     assert table[1:] == [["d1", format_value(3.0), format_value(20.0)], ["d2", "", format_value(30.0)],
                          ["all (pooled)", format_value(3.0), format_value(23.0)]]  # fmt: skip
+
+
+def test_a_large_samples_file_stays_a_page_of_a_few_megabytes(runs, tmp_path):
+    lines = [{"task": "arc_easy", "doc_id": i, "target": 1, "prediction": 0, "acc": float(i % 3 == 0),
+              "acc_norm": 0.0, "prompt_head": f"{i} " + "h" * 298, "prompt_tail": "t" * 297 + f" {i}"}
+             for i in range(15_000)]  # fmt: skip
+    (tmp_path / "a1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = write_html([runs["a1"]], [tmp_path / "a1.jsonl"], tmp_path / "p.html")
+    assert page.stat().st_size < 5_000_000
+    samples = page_data(page.read_text())["samples"]
+    assert len(samples) == 15_000 and sum(s["correct"] for s in samples) == 5_000
+    assert all(
+        s["prompt_head"].startswith(f"{i} ") and s["prompt_tail"].endswith(f" {i}") for i, s in enumerate(samples)
+    )

@@ -17,7 +17,7 @@ from ..runs.report import load_report
 from ..tables import report_label, unique_labels
 from . import report_html_sections
 from .report import KINDS
-from .report_samples import browser_rows, owner, read_samples
+from .report_samples import browser_rows, fit_page, owner, read_samples
 
 PROVENANCE = ("spec", "weights_sha256", "family", "dtype", "device")
 OUTPUT_FLAGS = ("out", "samples", "resume", "dist_timeout", "save_key_tokens", "write_data")
@@ -38,7 +38,7 @@ def write_html(paths: list[str | Path], samples: list[str | Path], out: str | Pa
     for path in samples:
         i = owner(path, reports, paths)
         rows += browser_rows(read_samples(path), reports[i], labels[i], Path(path))
-    page = render_page(reports, labels, rows)
+    page = render_page(reports, labels, fit_page(rows))
     write_output(out, lambda f: f.write(page.encode("utf-8")))
     return out
 

@@ -14,6 +14,9 @@ from ..errors import fail
 from ..runs.report import TASK_SUMMARIES
 
 FIELD_CHARS = 400  # a prediction's, or the references', characters kept (prompt ends are already 300 each)
+PAGE_BUDGET = 4_000_000  # bytes of sample data a page holds, about: past it every text field is cut shorter
+MIN_CHARS = 40  # ... but never below this
+TEXTS = ("prompt_head", "prompt_tail", "prediction", "references", "detail")
 
 
 def read_samples(path: str | Path) -> list[dict[str, Any]]:
@@ -135,3 +138,18 @@ def _text(value: Any) -> str:
 def _cut(text: str | None) -> str:
     text = text or ""
     return text if len(text) <= FIELD_CHARS else text[: FIELD_CHARS - 1] + "…"
+
+
+def fit_page(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows, every text field cut to one length (a prompt's tail keeping its end) when all of them together would
+    pass PAGE_BUDGET: a samples file of any size stays a page of a few MB, every sample still in it."""
+    size = sum(len(json.dumps(r, ensure_ascii=False)) for r in rows)
+    if size <= PAGE_BUDGET:
+        return rows
+    fixed = size - sum(len(r[k]) for r in rows for k in TEXTS)
+    keep = max(MIN_CHARS, (PAGE_BUDGET - fixed) // (len(rows) * len(TEXTS)))
+    for r in rows:
+        for k in TEXTS:
+            if len(r[k]) > keep:
+                r[k] = "…" + r[k][-(keep - 1) :] if k == "prompt_tail" else r[k][: keep - 1] + "…"
+    return rows
