@@ -17,14 +17,13 @@ import numpy as np
 
 from ..errors import fail
 from ..files import check_outputs, check_writable, file_sha256, write_json_atomic
-from ..metrics.longppl import DEFAULT_SETTINGS, document_longppl, pooled_perplexity
+from ..metrics.longppl import KeySettings, document_longppl, pooled_perplexity
 from ..models import StreamingLM, parse_spec
 from ..runs import Run, RunSettings, open_run
 from ..runs.report import model_facts
 from ..runs.run import check_run_outputs
-from ..scoring.key_tokens import (  # fmt: skip
-    CONTEXT_FIX,
-    KeySettings,
+from ..scoring.key_tokens import (
+    check_evaluator_fits,
     check_fits,
     full_nll,
     key_spans,
@@ -36,9 +35,9 @@ from ..tasks.longppl_data import (
     Document,
     key_file,
     key_identity,
+    key_settings,
     read_documents,
     read_key_file,
-    resolve_settings,
     spans_for,
 )
 from ..tokenizers import encode_offsets
@@ -56,7 +55,7 @@ class LongpplSettings(RunSettings):
     evaluator_args: dict[str, Any] = field(default_factory=dict)
     key_tokens: str | None = None
     save_key_tokens: str | None = None
-    trunc_len: int | None = None  # None: the key-token file's, else DEFAULT_SETTINGS
+    trunc_len: int | None = None  # None: the key-token file's, else the reference's (tasks.longppl_data.key_settings)
     sliding_window: int | None = None
     alpha: float | None = None
     beta: float | None = None
@@ -87,10 +86,7 @@ def run_longppl(settings: LongpplSettings, progress: bool = True, on_unit=None) 
         check_outputs({"--out": out, "--samples": settings.samples, "--save-key-tokens": save}, reads)
     documents, sources = read_documents(settings.data, settings.text_field)
     held = read_key_file(settings.key_tokens) if settings.key_tokens else None
-    given = {k: getattr(settings, k) for k in DEFAULT_SETTINGS}
-    resolved = resolve_settings(given, DEFAULT_SETTINGS, held and held["settings"], settings.key_tokens)
-    key = KeySettings(int(resolved["trunc_len"]), int(resolved["sliding_window"]), float(resolved["alpha"]),
-                      float(resolved["beta"]))  # fmt: skip
+    key = key_settings(settings, held, settings.key_tokens)
     spans = spans_for(held, settings.key_tokens, documents) if held else None
     prepared: dict[str, Any] = {}
 
@@ -121,11 +117,7 @@ def prepare(lm: StreamingLM, settings: LongpplSettings, documents: list[Document
         model_tokens.append((ids, offsets))
         if evaluator is not None:
             ids, offsets = encode_offsets(evaluator.tokenizer, doc.text, specials=True)
-            if key.trunc_len >= len(ids):
-                raise fail(f"--trunc-len {key.trunc_len:,} is not below document {doc.id}'s {len(ids):,} evaluator "
-                           "tokens: no token has a short context to compare with",
-                           "pass a smaller --trunc-len, or longer documents")  # fmt: skip
-            check_fits(evaluator, len(ids), f"document {doc.id}", CONTEXT_FIX, "the evaluator")
+            check_evaluator_fits(evaluator, len(ids), key, f"document {doc.id}")
             evaluator_tokens.append((ids, offsets))
     return {"evaluator": evaluator, "model_tokens": model_tokens, "evaluator_tokens": evaluator_tokens}
 
@@ -139,9 +131,10 @@ def _evaluate(run: Run, settings: LongpplSettings, documents: list[Document], so
         record: dict[str, Any] = {"id": doc.id, "sha256": doc.sha256}
         if spans is None:
             ids, offsets = prepared["evaluator_tokens"][i]
-            found, n_key = key_spans(evaluator, ids, offsets, key, settings.batch_size, f"document {doc.id}")
-            record.update(spans=[list(s) for s in found], evaluator_tokens=len(ids), evaluator_key_tokens=n_key)
-        doc_spans = spans[i] if spans is not None else [tuple(s) for s in record["spans"]]
+            doc_spans, n_key = key_spans(evaluator, ids, offsets, key, settings.batch_size, f"document {doc.id}")
+            record.update(spans=[list(s) for s in doc_spans], evaluator_tokens=len(ids), evaluator_key_tokens=n_key)
+        else:
+            doc_spans = spans[i]
         ids, offsets = prepared["model_tokens"][i]
         nll = full_nll(lm, ids, f"document {doc.id}")
         keys = model_key_positions(offsets, doc_spans)
@@ -156,12 +149,11 @@ def _evaluate(run: Run, settings: LongpplSettings, documents: list[Document], so
     if records is None:
         return None
     if settings.save_key_tokens is not None:
-        found = [[tuple(s) for s in r["spans"]] for r in records]
         content = key_file(
             prepared["evaluator_facts"],
             asdict(key),
             documents,
-            found,
+            [r["spans"] for r in records],
             [r["evaluator_tokens"] for r in records],
             [r["evaluator_key_tokens"] for r in records],
         )

@@ -11,13 +11,13 @@ import numpy as np
 
 from ..errors import fail
 from ..files import file_sha256
-from ..metrics.longppl import DEFAULT_SETTINGS
+from ..metrics.longppl import KeySettings
 from ..models import StreamingLM
 from ..runs.report import model_facts
-from ..scoring.key_tokens import KeySettings, load_evaluator
+from ..scoring.key_tokens import load_evaluator
 from ..scoring.stream_keys import evaluator_spans, file_spans, stream_key_positions
 from ..streams import BooksStream
-from ..tasks.longppl_data import SETTING_NAMES, key_identity, read_key_file, resolve_settings
+from ..tasks.longppl_data import SETTING_NAMES, key_identity, key_settings, read_key_file
 
 EVALUATOR_BATCH = 8  # short-context windows read together (changes no number)
 
@@ -34,15 +34,15 @@ class KeyedSweep:
     evaluator_args: dict[str, Any]
     dtype: str
     held: dict[str, Any] | None = None
+    spans: dict[str, list[tuple[int, int]]] | None = None  # each book's, by sha256 (None: the evaluator finds them)
     evaluator_facts: dict[str, Any] = field(default_factory=dict)
     positions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @classmethod
     def open(cls, settings: Any, stream: BooksStream) -> KeyedSweep | None:
         """The key tokens a sweep's settings ask for (None: none), checked before any model is loaded."""
-        given = {name: getattr(settings, name) for name in SETTING_NAMES}
         if settings.key_tokens is None and settings.evaluator is None:
-            named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+            named = [f"--{k.replace('_', '-')}" for k in SETTING_NAMES if getattr(settings, k) is not None]
             if named:
                 raise fail(f"{', '.join(named)} set how key tokens are found, but no --evaluator or --key-tokens is "
                            "given", "pass --evaluator E or --key-tokens F to add LongPPL to the sweep")  # fmt: skip
@@ -51,18 +51,15 @@ class KeyedSweep:
             raise fail("pass one of --evaluator E (find key tokens) and --key-tokens F (read them), not both",
                        "a file from `longppl --save-key-tokens` needs no evaluator")  # fmt: skip
         held = read_key_file(settings.key_tokens) if settings.key_tokens else None
-        resolved = resolve_settings(given, DEFAULT_SETTINGS, held and held["settings"], settings.key_tokens)
-        key = KeySettings(int(resolved["trunc_len"]), int(resolved["sliding_window"]), float(resolved["alpha"]),
-                          float(resolved["beta"]))  # fmt: skip
-        if held is not None:
-            file_spans(stream, held, settings.key_tokens)  # every book held, before the books are read again
+        key = key_settings(settings, held, settings.key_tokens)
+        spans = file_spans(stream, held, settings.key_tokens) if held else None  # every book held, before reading them
         return cls(stream, key, stream.book_texts(), settings.key_tokens, settings.evaluator,
-                   settings.evaluator_args, settings.dtype, held)  # fmt: skip
+                   settings.evaluator_args, settings.dtype, held, spans)  # fmt: skip
 
     def prepare(self, lm: StreamingLM) -> dict[str, Any]:
         """Find (or read) every book's spans and lay them on the stream for `lm`'s tokens; what identifies them."""
+        spans = self.spans
         if self.held is not None:
-            spans = file_spans(self.stream, self.held, self.key_tokens)
             self.evaluator_facts = self.held["evaluator"]
         else:
             evaluator = load_evaluator(self.evaluator, self.evaluator_args, lm, self.dtype)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +31,16 @@ DEFAULT_ALPHA = 2.0
 DEFAULT_BETA = -2.0
 DEFAULT_SETTINGS = {"trunc_len": DEFAULT_TRUNC_LEN, "sliding_window": DEFAULT_SLIDING_WINDOW, "alpha": DEFAULT_ALPHA,
                     "beta": DEFAULT_BETA}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class KeySettings:
+    """How key tokens are found: the short context and the two thresholds (the reference's names)."""
+
+    trunc_len: int
+    sliding_window: int
+    alpha: float
+    beta: float
 
 
 def short_windows(n: int, trunc_len: int, sliding_window: int) -> list[tuple[int, int]]:

@@ -9,13 +9,11 @@ at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from ..errors import fail
-from ..metrics.longppl import key_positions, merge_spans, short_windows, tokens_inside
+from ..metrics.longppl import KeySettings, key_positions, merge_spans, short_windows, tokens_inside
 from ..models.base import StreamingLM
 from .finite import require_finite
 
@@ -25,20 +23,18 @@ CONTEXT_FIX = (
 )
 
 
-@dataclass(frozen=True)
-class KeySettings:
-    """How key tokens are found: the short context and the two thresholds (the reference's names)."""
-
-    trunc_len: int
-    sliding_window: int
-    alpha: float
-    beta: float
-
-
 def check_fits(lm: StreamingLM, n_tokens: int, what: str, fix: str, whose: str = "the model") -> None:
     """Refuse a fixed-context model asked to read `n_tokens` in one pass (never windowed silently)."""
     if lm.max_context is not None and n_tokens > lm.max_context:
         raise fail(f"{what} has {n_tokens:,} tokens but {whose}'s context is {lm.max_context:,} tokens", fix)
+
+
+def check_evaluator_fits(evaluator: StreamingLM, n_tokens: int, key: KeySettings, what: str) -> None:
+    """Refuse a document the evaluator cannot judge: no token past `--trunc-len`, or more tokens than its context."""
+    if key.trunc_len >= n_tokens:
+        raise fail(f"--trunc-len {key.trunc_len:,} is not below {what}'s {n_tokens:,} evaluator tokens: no token has "
+                   "a short context to compare with", "pass a smaller --trunc-len, or longer documents")  # fmt: skip
+    check_fits(evaluator, n_tokens, what, CONTEXT_FIX, "the evaluator")
 
 
 def full_nll(lm: StreamingLM, ids: list[int] | np.ndarray, what: str) -> np.ndarray:
@@ -77,8 +73,7 @@ def key_spans(
     what: str,
 ) -> tuple[list[tuple[int, int]], int]:  # fmt: skip
     """The document's key-token character spans (merged where they touch) and the evaluator's count of key tokens,
-    from its tokens `ids` (default special tokens included) and their `offsets`."""
-    check_fits(evaluator, len(ids), what, CONTEXT_FIX, "the evaluator")
+    from its tokens `ids` (default special tokens included) and their `offsets` (checked by `check_evaluator_fits`)."""
     full = full_nll(evaluator, ids, what)
     short = short_nll(evaluator, ids, key, batch_size, what)
     positions = key_positions(full, short, key.alpha, key.beta)

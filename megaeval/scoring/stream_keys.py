@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import fail
+from ..metrics.longppl import KeySettings
 from ..models.base import StreamingLM
 from ..streams import BooksStream
 from ..tokenizers import encode_offsets
-from .key_tokens import KeySettings, key_spans, model_key_positions
+from .key_tokens import check_evaluator_fits, key_spans, model_key_positions
 
 
 def evaluator_spans(
@@ -21,9 +22,7 @@ def evaluator_spans(
     spans = {}
     for book in stream.manifest["books"]:
         ids, offsets = encode_offsets(evaluator.tokenizer, texts[book["sha256"]], specials=True)
-        if key.trunc_len >= len(ids):
-            raise fail(f"--trunc-len {key.trunc_len:,} is not below book {book['id']}'s {len(ids):,} evaluator tokens",
-                       "pass a smaller --trunc-len")  # fmt: skip
+        check_evaluator_fits(evaluator, len(ids), key, f"book {book['id']}")
         spans[book["sha256"]], _ = key_spans(evaluator, ids, offsets, key, batch_size, f"book {book['id']}")
     return spans
 

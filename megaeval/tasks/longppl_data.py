@@ -17,10 +17,11 @@ from typing import Any
 from ..data_prep.book_sources import open_source, read_book
 from ..errors import fail
 from ..files import file_sha256
+from ..metrics.longppl import DEFAULT_SETTINGS, KeySettings
 
 KEY_FILE_KIND = "megaeval-longppl-key-tokens"
 KEY_FILE_SCHEMA = 1
-SETTING_NAMES = ("trunc_len", "sliding_window", "alpha", "beta")
+SETTING_NAMES = tuple(DEFAULT_SETTINGS)  # trunc_len, sliding_window, alpha, beta
 REMAKE = "make it again with `megaeval longppl --evaluator E --data D --save-key-tokens F`"
 
 
@@ -139,23 +140,21 @@ def spans_for(data: dict[str, Any], path: str | Path, documents: list[Document])
     return [mine["spans"] for mine in held]
 
 
-def resolve_settings(given: dict[str, Any], defaults: dict[str, Any], from_file: dict[str, Any] | None,
-                     path: str | None) -> dict[str, Any]:  # fmt: skip
-    """trunc_len, sliding_window, alpha and beta as a run uses them: a key-token file's own (a flag given with
-    another value is refused), else the flags, else the reference's defaults."""
+def key_settings(given: Any, held: dict[str, Any] | None, path: str | None) -> KeySettings:
+    """The key settings a run uses, from the flags on `given` (None: not given): a key-token file's own (a flag
+    given with another value is refused), else the flags, else the reference's defaults."""
     out = {}
     for name in SETTING_NAMES:
-        value = given.get(name)
-        if from_file is not None:
-            if value is not None and float(value) != float(from_file[name]):
-                flag = "--" + name.replace("_", "-")
-                raise fail(f"{flag} {value} differs from the {from_file[name]} key-token file {path} was made with",
-                           f"leave {flag} out (the file's value is used), or {REMAKE}")  # fmt: skip
-            value = from_file[name]
-        out[name] = defaults[name] if value is None else value
-        flag = "--" + name.replace("_", "-")
+        value, flag = getattr(given, name), "--" + name.replace("_", "-")
+        if held is not None:
+            if value is not None and float(value) != float(held["settings"][name]):
+                raise fail(f"{flag} {value} differs from the {held['settings'][name]} key-token file {path} was made "
+                           f"with", f"leave {flag} out (the file's value is used), or {REMAKE}")  # fmt: skip
+            value = held["settings"][name]
+        default = DEFAULT_SETTINGS[name]
+        out[name] = default if value is None else value
         if name in ("alpha", "beta") and not _number(out[name]):
-            raise fail(f"{flag} must be a finite number, got {out[name]}", f"pass {flag} {defaults[name]:g}")
+            raise fail(f"{flag} must be a finite number, got {out[name]}", f"pass {flag} {default:g}")
         if name in ("trunc_len", "sliding_window") and not (float(out[name]).is_integer() and out[name] >= 1):
-            raise fail(f"{flag} must be a positive number of tokens, got {out[name]}", f"pass {flag} {defaults[name]}")
-    return out
+            raise fail(f"{flag} must be a positive number of tokens, got {out[name]}", f"pass {flag} {default}")
+    return KeySettings(int(out["trunc_len"]), int(out["sliding_window"]), float(out["alpha"]), float(out["beta"]))
