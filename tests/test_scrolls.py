@@ -11,16 +11,15 @@ from typer.testing import CliRunner
 
 from megaeval import MegaevalError, load_model
 from megaeval.cli import app
-from megaeval.commands import scrolls as scrolls_command
 from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
 from megaeval.metrics.scrolls import scrolls_scores
 from megaeval.scoring.generate import greedy_generate, prefill
-from megaeval.tasks import scrolls_evaluate
 from megaeval.tasks.scrolls_docs import Example, PromptForm, fit_few_shot, fit_prompt, group_examples, split_input
 from megaeval.tasks.scrolls_docs import render_prompt as render
 from megaeval.tokenizers import SentencePieceTokenizer
 from megaeval_testing import AUSTEN, REPO
 from megaeval_testing.hostile import tree_diff, tree_state
+from megaeval_testing.scrolls_runs import run_recording
 
 runner = CliRunner()
 
@@ -232,25 +231,6 @@ TINY = "embedded:transformer-tiny"  # an hf Transformer, max_context 512, no BOS
 def sample_rows(split: str) -> dict[str, dict]:
     rows = [json.loads(line) for line in (SAMPLES / "qmsum" / f"{split}.jsonl").read_text().splitlines()]
     return {r["id"]: r for r in rows}
-
-
-def run_recording(monkeypatch, settings: ScrollsSettings) -> tuple[dict, dict]:
-    """Run scrolls, recording the prefix each task reads and every example's prompt and starting state length."""
-    seen: dict = {"prefix": [], "prompt": []}
-    read, fill = scrolls_command.read_prefix, scrolls_evaluate.prefill
-
-    def read_prefix(lm, ids):
-        seen["prefix"].append(list(ids))
-        seen["tokenizer"] = lm.tokenizer
-        return read(lm, ids)
-
-    def prefill(lm, ids, state):
-        seen["prompt"].append((list(ids), state.length if hasattr(state, "length") else None))
-        return fill(lm, ids, state)
-
-    monkeypatch.setattr(scrolls_command, "read_prefix", read_prefix)
-    monkeypatch.setattr(scrolls_evaluate, "prefill", prefill)
-    return run_scrolls(settings, progress=False), seen
 
 
 def test_fixed_context_one_shot_qmsum_fits_the_whole_prompt(monkeypatch, tmp_path):

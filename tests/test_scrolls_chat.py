@@ -10,14 +10,13 @@ from dataclasses import replace
 import pytest
 
 from megaeval import MegaevalError, load_model
-from megaeval.commands import scrolls as scrolls_command
 from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
 from megaeval.models import ASSETS
 from megaeval.scoring.chat import ChatFormat, chat_bos, select_template
-from megaeval.tasks import scrolls_evaluate
 from megaeval.tasks.scrolls_docs import Example, PromptForm, fit_few_shot, fit_prompt, shares_prefix
 from megaeval.tasks.scrolls_evaluate import opening
 from megaeval_testing import AUSTEN
+from megaeval_testing.scrolls_runs import run_recording
 
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")  # fmt: skip
@@ -45,25 +44,6 @@ def write_data(folder, validation: list[Example], train: list[Example]):
                 for e in examples]  # fmt: skip
         (folder / "qasper" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
-
-
-def run_recording(monkeypatch, settings: ScrollsSettings) -> tuple[dict, dict]:
-    """Run scrolls, recording the prefix each task reads and every example's prompt tokens."""
-    seen: dict = {"prefix": [], "prompt": []}
-    read, fill = scrolls_command.read_prefix, scrolls_evaluate.prefill
-
-    def read_prefix(lm, ids):
-        seen["prefix"].append(list(ids))
-        seen["tokenizer"] = lm.tokenizer
-        return read(lm, ids)
-
-    def prefill(lm, ids, state):
-        seen["prompt"].append(list(ids))
-        return fill(lm, ids, state)
-
-    monkeypatch.setattr(scrolls_command, "read_prefix", read_prefix)
-    monkeypatch.setattr(scrolls_evaluate, "prefill", prefill)
-    return run_scrolls(settings, progress=False), seen
 
 
 SHOT_TURNS = "<|user|>They leave Kellynch for Bath. Q: Where do they go? A:</s><|assistant|>Bath</s>"
@@ -98,7 +78,7 @@ def test_prompts_are_the_templates_turns_and_the_prefix_is_read_once(monkeypatch
     assert seen["prefix"] == [tok.encode(prefix)]  # the system turn, the exemplar turns, the last user header
     second_text = expected.removeprefix(prefix).replace(FIRST.document, second.document)
     second_text = second_text.replace(FIRST.question, second.question)
-    assert seen["prompt"] == [tok.encode(expected.removeprefix(prefix)), tok.encode(second_text)]
+    assert [ids for ids, _ in seen["prompt"]] == [tok.encode(expected.removeprefix(prefix)), tok.encode(second_text)]
 
 
 def test_a_long_document_is_cut_to_fit_the_template_and_question_intact(monkeypatch, tmp_path, chat_model):
@@ -111,7 +91,7 @@ def test_a_long_document_is_cut_to_fit_the_template_and_question_intact(monkeypa
                                out=str(tmp_path / "r.json"), samples=str(tmp_path / "s.jsonl"))  # fmt: skip
     report, seen = run_recording(monkeypatch, settings)
     (sample,) = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
-    (prefix,), (ids,) = seen["prefix"], seen["prompt"]
+    (prefix,), ((ids, _),) = seen["prefix"], seen["prompt"]
     assert sample["prompt_tokens"] == len(prefix) + len(ids) <= 300 - 4  # prompt + max_new_tokens fit max_context
     assert sample["prompt_tokens"] >= 300 - 4 - 3  # the example got the rest
     assert sample["truncated_tokens"] > 0 and sample["exemplar_truncated_tokens"][0] > 0
