@@ -1,0 +1,359 @@
+"""Golden outputs (tests/test_golden_outputs.py): one small run of every command on the embedded models, its
+outputs made comparable across runs and checkouts, and compared with the recorded ones in tests/fixtures/golden.
+
+What legitimately differs between two runs is replaced before comparing, and nothing else:
+- in JSON (reports, samples, manifests, key files): the values of TIMING_KEYS (wall-clock seconds, speed, memory,
+  MFU, dates), the environment's versions, platform, git revision and date, the manifest's `created` and the
+  stream's `manifest_sha256` (a checksum over that date and the sources' absolute paths);
+- everywhere: the checkout's own path (`<REPO>`), since a fresh clone lives elsewhere;
+- in printed tables: the cells of timing columns, and the width of whitespace and rules (a table is as wide as
+  its longest cell, and a path under `<REPO>` is as long as the checkout's path).
+
+Each golden file is compared byte for byte on a machine like the one that recorded them (MACHINE: the same torch,
+CPU instruction set and matplotlib); elsewhere numbers may differ in their last bits, so JSON numbers are compared
+to 1e-6 relative, printed numbers to one unit of their last digit, and pictures not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+from . import REPO
+
+GOLDEN = REPO / "tests" / "fixtures" / "golden"
+SAMPLES = REPO / "data_prep" / "samples"
+TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
+VOLATILE_ENVIRONMENT = {"megaeval", "torch", "triton", "python", "platform", "device_name", "git_revision", "date"}
+TIMING_COLUMNS = {"tok/s", "peak mem", "seconds"}
+DTYPE = ["--dtype", "float64"]  # last-bit differences between machines stay far below every printed digit
+
+# (name, argv): run in order in one work folder; {repo} is the checkout. Each name's stdout is a golden file, and
+# so is every file it writes (listed in OUTPUTS).
+RUNS: list[tuple[str, list[str]]] = [
+    ("info-megalodon", ["info", "embedded:megalodon-tiny"]),
+    ("info-rfa", ["info", "embedded:rfa-tiny", "--json"]),
+    ("info-transformer", ["info", "embedded:transformer-tiny", "--json"]),
+    (
+        "prep-books",
+        ["prep-books", "{repo}/data_prep/corpora/austen/persuasion.txt", "--out", "stream", "--no-progress"],
+    ),
+    (
+        "ppl-sweep",
+        [
+            "ppl-sweep",
+            "--model",
+            "embedded:megalodon-tiny",
+            "--stream",
+            "stream",
+            "--lengths",
+            "256,1K",
+            "--tokens",
+            "2048",
+            "--batch-size",
+            "2",
+            "--no-progress",
+            "--out",
+            "sweep.json",
+            *DTYPE,
+        ],
+    ),
+    (
+        "scrolls",
+        [
+            "scrolls",
+            "--model",
+            "embedded:transformer-tiny",
+            "--data-dir",
+            "sdata",
+            "--tasks",
+            "qmsum",
+            "--max-new-tokens",
+            "8",
+            "--stop",
+            "###",
+            "--no-progress",
+            "--out",
+            "scrolls.json",
+            "--samples",
+            "scrolls.jsonl",
+            *DTYPE,
+        ],
+    ),
+    (
+        "academic",
+        [
+            "academic",
+            "--data-dir",
+            "{repo}/data_prep/samples",
+            "--limit",
+            "1",
+            "--no-progress",
+            "--out",
+            "academic.json",
+            "--samples",
+            "academic.jsonl",
+            *DTYPE,
+        ],
+    ),
+    (
+        "needle",
+        [
+            "needle",
+            "--model",
+            "embedded:mamba2-tiny",
+            "--tasks",
+            "passkey,niah_single_1",
+            "--lengths",
+            "512",
+            "--depths",
+            "0,50,100",
+            "--no-progress",
+            "--out",
+            "needle.json",
+            "--samples",
+            "needle.jsonl",
+            *DTYPE,
+        ],
+    ),
+    (
+        "ruler",
+        [
+            "ruler",
+            "--tasks",
+            "niah_single_1,niah_multikey_2,vt,cwe,fwe",
+            "--lengths",
+            "1K",
+            "--num-samples",
+            "2",
+            "--no-progress",
+            "--out",
+            "ruler.json",
+            "--samples",
+            "ruler.jsonl",
+            *DTYPE,
+        ],
+    ),
+    (
+        "ruler-prepare",
+        [
+            "ruler",
+            "--tasks",
+            "niah_single_1,vt",
+            "--lengths",
+            "1K",
+            "--num-samples",
+            "2",
+            "--prepare-only",
+            "--write-data",
+            "rdata",
+            "--no-progress",
+        ],
+    ),
+    (
+        "longppl",
+        [
+            "longppl",
+            "--model",
+            "embedded:mamba2-tiny",
+            "--evaluator",
+            "embedded:megalodon-tiny",
+            "--data",
+            "docs",
+            "--trunc-len",
+            "64",
+            "--sliding-window",
+            "32",
+            "--alpha",
+            "0.3",
+            "--beta",
+            "-3",
+            "--save-key-tokens",
+            "keys.json",
+            "--samples",
+            "longppl.jsonl",
+            "--out",
+            "longppl.json",
+            "--no-progress",
+            *DTYPE,
+        ],
+    ),
+]
+OUTPUTS = ["stream/manifest.json", "sweep.json", "scrolls.json", "scrolls.jsonl", "academic.json", "academic.jsonl",
+           "needle.json", "needle.jsonl", "ruler.json", "ruler.jsonl", "rdata/1024/niah_single_1/validation.jsonl",
+           "rdata/1024/vt/validation.jsonl", "longppl.json", "longppl.jsonl", "keys.json"]  # fmt: skip
+REPORTS = ["sweep.json", "scrolls.json", "academic.json", "needle.json", "ruler.json", "longppl.json"]
+SAMPLE_FILES = ["scrolls.jsonl", "academic.jsonl", "needle.jsonl", "ruler.jsonl", "longppl.jsonl"]
+
+
+def prepare_inputs(work: Path) -> None:
+    """The inputs the runs read besides the checkout's: short QMSum rows, two short documents."""
+    from .hostile import short_qmsum_rows, write_jsonl
+
+    for split in ("validation", "train"):
+        write_jsonl(work / "sdata" / "qmsum" / f"{split}.jsonl", short_qmsum_rows(split, 2, chars=3000))
+    (work / "docs").mkdir()
+    for name, chars in (("emma.txt", 6000), ("northangerabbey.txt", 5000)):
+        text = (REPO / "data_prep" / "corpora" / "austen" / name).read_text(encoding="utf-8")[:chars]
+        (work / "docs" / name).write_text(text, encoding="utf-8")
+
+
+def report_runs(norm: Path) -> list[tuple[str, list[str]]]:
+    """The runs over the normalized reports (so timing is fixed): report in every format, the page, the plots."""
+    runs = []
+    for report in REPORTS:
+        stem = report.removesuffix(".json")
+        for fmt in ("table", "markdown", "csv"):
+            runs.append((f"report-{stem}-{fmt}", ["report", f"{norm.name}/{report}", "--format", fmt]))
+    samples = [a for s in SAMPLE_FILES for a in ("--samples", f"{norm.name}/{s}")]
+    runs.append(
+        (
+            "report-html",
+            ["report", *(f"{norm.name}/{r}" for r in REPORTS), *samples, "--format", "html", "--out", "page.html"],
+        )
+    )
+    runs.append(("plot-ppl", ["plot", f"{norm.name}/sweep.json", "--out", "ppl.png", "--position-curve"]))
+    runs.append(("plot-needle", ["plot", f"{norm.name}/needle.json", "--out", "needle.png"]))
+    return runs
+
+
+def normalize_json(obj: Any) -> Any:
+    """`obj` with timing values zeroed (their type kept) and the environment's volatile entries blanked."""
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if key in TIMING_KEYS and value is not None:
+                value = "<date>" if isinstance(value, str) else type(value)(0)
+            elif key == "environment" and isinstance(value, dict):
+                value = {k: "<env>" if k in VOLATILE_ENVIRONMENT else v for k, v in value.items()}
+            elif key in ("created", "manifest_sha256") and isinstance(value, str):
+                value = "<date>"
+            out[key] = normalize_json(value)
+        return out
+    if isinstance(obj, list):
+        return [normalize_json(v) for v in obj]
+    return obj
+
+
+def without_repo(text: str) -> str:
+    """`text` with the checkout's path (plain and JSON-escaped) written as <REPO>."""
+    for form in (str(REPO), json.dumps(str(REPO))[1:-1]):
+        text = text.replace(form, "<REPO>")
+    return text
+
+
+def normalize_file(path: Path) -> bytes:
+    """A written output, comparable: JSON normalized (its layout kept as the file had it), the repo path blanked."""
+    text = without_repo(path.read_text(encoding="utf-8"))
+    if path.suffix == ".jsonl":
+        return "".join(json.dumps(normalize_json(json.loads(line)), ensure_ascii=False) + "\n"
+                       for line in text.splitlines() if line.strip()).encode()  # fmt: skip
+    indent = 1 if text.startswith("{\n ") and not text.startswith("{\n  ") else 2
+    return (json.dumps(normalize_json(json.loads(text)), indent=indent, ensure_ascii=False) + "\n").encode()
+
+
+_RULE = re.compile(r"[─━═]{2,}")
+_SPACES = re.compile(r" {2,}")
+
+
+def mask_timing_columns(text: str) -> str:
+    """Printed rich tables with the cells of TIMING_COLUMNS replaced by `<t>`."""
+    out, masked = [], set()
+    for line in text.splitlines():
+        if "┃" in line:  # a header row: which columns are timing
+            cells = line.split("┃")
+            masked = {i for i, c in enumerate(cells) if c.strip() in TIMING_COLUMNS}
+        elif "│" in line and masked:
+            cells = line.split("│")
+            line = "│".join(" <t> " if i in masked else c for i, c in enumerate(cells))
+        elif line.startswith("└"):
+            masked = set()
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def normalize_stdout(text: str) -> bytes:
+    """A command's stdout, comparable: repo path blanked, timing cells masked, runs of spaces and rules as one."""
+    text = mask_timing_columns(without_repo(text))
+    return "\n".join(_SPACES.sub(" ", _RULE.sub("─", line)).rstrip() for line in text.splitlines()).encode() + b"\n"
+
+
+def write_normalized_reports(work: Path, norm: Path) -> None:
+    """The reports and samples, normalized, under `norm` (what the report and plot runs read)."""
+    norm.mkdir()
+    for name in REPORTS + SAMPLE_FILES:
+        (norm / name).write_bytes(normalize_file(work / name))
+
+
+def machine() -> dict[str, str]:
+    """What makes outputs bitwise reproducible: torch, its CPU instruction set, matplotlib, the architecture."""
+    import matplotlib
+    import torch
+
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "matplotlib": matplotlib.__version__, "machine": platform.machine()}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Comparing on another machine: numbers within tolerance
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def close_json(actual: Any, expected: Any, where: str = "") -> str | None:
+    """None when equal with numbers to 1e-6 relative; else where they first differ."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        if actual.keys() != expected.keys():
+            return f"{where}: keys {sorted(actual)} != {sorted(expected)}"
+        return next((d for k in expected if (d := close_json(actual[k], expected[k], f"{where}.{k}"))), None)
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(actual) != len(expected):
+            return f"{where}: {len(actual)} items != {len(expected)}"
+        pairs = enumerate(zip(actual, expected, strict=True))
+        return next((d for i, (a, e) in pairs if (d := close_json(a, e, f"{where}[{i}]"))), None)
+    numbers = (int, float)
+    if isinstance(expected, float) and isinstance(actual, numbers) and not isinstance(actual, bool):
+        ok = math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-9) or (math.isnan(actual) and math.isnan(expected))
+        return None if ok else f"{where}: {actual!r} != {expected!r}"
+    return None if actual == expected else f"{where}: {actual!r:.200} != {expected!r:.200}"
+
+
+def close_text(actual: str, expected: str) -> str | None:
+    """None when equal but for printed numbers one unit of their last digit apart; else the first differing line."""
+    a_lines, e_lines = actual.splitlines(), expected.splitlines()
+    if len(a_lines) != len(e_lines):
+        return f"{len(a_lines)} lines != {len(e_lines)}"
+    for a, e in zip(a_lines, e_lines, strict=True):
+        if _NUMBER.split(a) != _NUMBER.split(e):
+            return f"{a!r} != {e!r}"
+        for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(e), strict=True):
+            digits = len(y.partition(".")[2].partition("e")[0]) if "." in y else 0
+            if abs(float(x.replace(",", "")) - float(y.replace(",", ""))) > 1.01 * 10**-digits:
+                return f"{a!r} != {e!r}"
+    return None
+
+
+def compare(name: str, actual: bytes, expected: bytes, same_machine: bool) -> str | None:
+    """None when `actual` matches the golden `expected`; else why not."""
+    if actual == expected:
+        return None
+    if same_machine:
+        if name.endswith(".png"):
+            return "not byte-identical"
+        lines = zip(actual.decode().splitlines(), expected.decode().splitlines(), strict=False)
+        first = next(((k, a, e) for k, (a, e) in enumerate(lines, 1) if a != e), None)
+        where = f": line {first[0]} is {first[1]!r:.300}, golden {first[2]!r:.300}" if first else ""
+        return "not byte-identical" + where
+    if name.endswith(".png"):
+        return None  # another matplotlib or CPU draws other pixels; the plotted numbers are tested in test_plot
+    if name.endswith((".json", ".jsonl")):
+        if name.endswith(".jsonl"):
+            parse = lambda b: [json.loads(x) for x in b.decode().splitlines() if x.strip()]  # noqa: E731
+        else:
+            parse = lambda b: json.loads(b)  # noqa: E731
+        return close_json(parse(actual), parse(expected))
+    return close_text(actual.decode(), expected.decode())
