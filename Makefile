@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml
 # One pytest-xdist worker per core, each computing on one thread (tests/conftest.py), a test file per worker at a
 # time (its module fixtures built once): on 2 cores about half the wall time of one process.
 XDIST ?= -n auto --dist loadfile
-# The HTML page's browser test (tests/test_report_html.py) needs headless Chromium: Debian's package, installed here
+# The HTML page's browser test (tests/commands/report/test_page.py) needs headless Chromium: Debian's package, installed here
 # when it is missing (as root, or through sudo); with MEGAEVAL_REQUIRE_BROWSER=1 the test fails rather than skips.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser:
@@ -78,7 +78,7 @@ demo: setup
 		--samples reports/demo_needle_mamba2.jsonl
 	$(BIN)/megaeval plot reports/demo_needle_megalodon.json reports/demo_needle_mamba2.json --out reports/demo_needle.png
 	@echo "note: 1.4M-parameter models cannot retrieve a passkey, so the heatmaps are all zeros: this step shows the"
-	@echo "      needle pipeline end to end (a model given the answer scores 1.0 in every cell: tests/test_needle.py)."
+	@echo "      needle pipeline end to end (a model given the answer scores 1.0 in every cell: tests/tasks/needle/test_needle.py)."
 	$(BIN)/megaeval report $(DEMO_REPORTS) reports/demo_scrolls.json reports/demo_academic.json \
 		reports/demo_needle_megalodon.json reports/demo_needle_mamba2.json --samples reports/demo_scrolls.jsonl \
 		--samples reports/demo_academic.jsonl --samples reports/demo_needle_megalodon.jsonl \

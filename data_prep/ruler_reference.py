@@ -157,7 +157,7 @@ def prepare_checkout(args: argparse.Namespace, work: Path) -> dict[str, str]:
     (bin_dir / "python").chmod(0o755)
     stub = work / "nltk_stub" / "tokenizers" / "punkt"  # prepare.py checks for the old pickled model by name
     stub.mkdir(parents=True)
-    from megaeval.tasks.ruler_inputs import nltk_data_dir
+    from megaeval.tasks.ruler.inputs import nltk_data_dir
 
     env = dict(os.environ)
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",

@@ -167,8 +167,8 @@ def test_a_byte_level_bpe_still_reads_the_few_shot_block_once(gpt2_style_llama, 
     block is read up to where the questions' own tokens agree with it (reading it whole would never be reused)."""
     from megaeval import load_model
     from megaeval.scoring.requests import encode_pair, score_requests
-    from megaeval.tasks.academic_evaluate import FewshotCache, evaluate_choices
-    from megaeval.tasks.academic_prepare import prepare_academic_task
+    from megaeval.tasks.academic.evaluate import FewshotCache, evaluate_choices
+    from megaeval.tasks.academic.prepare import prepare_academic_task
 
     lm = load_model(f"hf:{gpt2_style_llama}", dtype="float64")
     p = prepare_academic_task(AcademicSettings(tasks="mmlu", data_dir=str(SAMPLES)), "mmlu", {})

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from megaeval_testing import REPO
 from megaeval_testing import golden as G
 from megaeval_testing import hostile as H
 
@@ -25,8 +24,8 @@ MACHINE_FILE = G.GOLDEN / "MACHINE.json"
 RECORDED = sorted(str(p.relative_to(G.GOLDEN)) for p in G.GOLDEN.rglob("*") if p.is_file() and p != MACHINE_FILE)
 
 
-def _run(cli: H.Megaeval, argv: list[str], work: Path) -> H.Result:
-    result = cli.run([a.format(repo=REPO) for a in argv], work)
+def _run(cli: H.Megaeval, command: str, work: Path) -> H.Result:
+    result = cli.run(G.argv(command), work)
     assert result.returncode == 0, result.describe()
     return result
 

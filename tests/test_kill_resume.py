@@ -32,11 +32,10 @@ import pytest
 import torch
 
 from megaeval.models.megalodon import save_checkpoint
+from megaeval_testing import TIMING_KEYS, random_model, small_args, write_stream
 from megaeval_testing import hostile as H
-from megaeval_testing import random_model, small_args, write_stream
 
 SEED = int(os.environ.get("MEGAEVAL_TEST_KILL_SEED", "20240417"))
-TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
 RUN_SETTINGS = {"out", "samples", "resume"}
 
 

@@ -34,13 +34,13 @@ from hypothesis import strategies as st
 from megaeval import MegaevalError
 from megaeval.commands.academic import AcademicSettings, run_academic
 from megaeval.commands.ppl_sweep import SweepSettings, run_ppl_sweep
-from megaeval.commands.report import compare
+from megaeval.commands.report.kinds import compare
 from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
 from megaeval.models.megalodon import save_checkpoint
 from megaeval.streams import BooksStream
 from megaeval.streams.writer import prepare_books
-from megaeval.tasks.needle_prompts import build_prompts, draw_needles, haystack_words, sample_rng
-from megaeval.tasks.needle_spec import check_needle_spec, load_needle_task
+from megaeval.tasks.needle.prompts import build_prompts, draw_needles, haystack_words, sample_rng
+from megaeval.tasks.needle.spec import check_needle_spec, load_needle_task
 from megaeval.tokenizers import SentencePieceTokenizer
 from megaeval_testing import AUSTEN, random_model, read_jsonl, small_args
 from megaeval_testing.hostile import SAMPLES, short_qmsum_rows, write_jsonl

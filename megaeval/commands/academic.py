@@ -2,9 +2,9 @@
 
 Tasks: MMLU (5-shot), BoolQ, HellaSwag, PIQA, SIQA, WinoGrande, ARC-e, ARC-c (0-shot) and NQ, TriviaQA
 (5-shot). Each task file (suites/academic/<task>.yaml) names the harness file every fact comes from. Documents
-are processed by `tasks.academic_docs`, prepared by `tasks.academic_prepare`, scored by
-`tasks.academic_evaluate` (requests encoded and scored by `scoring.requests`) and aggregated by
-`tasks.academic_results`.
+are processed by `tasks.academic.docs`, prepared by `tasks.academic.prepare`, scored by
+`tasks.academic.evaluate` (requests encoded and scored by `scoring.requests`) and aggregated by
+`tasks.academic.results`.
 
 Few-shot exemplars: MMLU takes the first dev questions of the same subject; NQ and TriviaQA draw from train with
 one random.Random(seed) per task (seed 1234, the harness's default), each document in turn, as the harness does.
@@ -31,10 +31,10 @@ from ..runs import Run, RunSettings, open_run
 from ..scoring.chat import ChatFlags, chat_bos, select_template
 from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, resolve_bos
-from ..tasks.academic_chat import chat_docs
-from ..tasks.academic_evaluate import FewshotCache, evaluate_choice_docs, evaluate_generations
-from ..tasks.academic_prepare import prepare_academic_task
-from ..tasks.academic_results import academic_results
+from ..tasks.academic.chat import chat_docs
+from ..tasks.academic.evaluate import FewshotCache, evaluate_choice_docs, evaluate_generations
+from ..tasks.academic.prepare import prepare_academic_task
+from ..tasks.academic.results import academic_results
 from ..tasks.data import data_folders
 from ..tasks.specs import parse_tasks
 

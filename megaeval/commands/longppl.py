@@ -31,7 +31,7 @@ from ..scoring.key_tokens import (
     model_key_positions,
 )
 from ..tables import format_value, render_table, report_label
-from ..tasks.longppl_data import (
+from ..tasks.longppl.data import (
     Document,
     key_file,
     key_identity,
@@ -55,7 +55,7 @@ class LongpplSettings(RunSettings):
     evaluator_args: dict[str, Any] = field(default_factory=dict)
     key_tokens: str | None = None
     save_key_tokens: str | None = None
-    trunc_len: int | None = None  # None: the key-token file's, else the reference's (tasks.longppl_data.key_settings)
+    trunc_len: int | None = None  # None: the key-token file's, else the reference's (tasks.longppl.data.key_settings)
     sliding_window: int | None = None
     alpha: float | None = None
     beta: float | None = None

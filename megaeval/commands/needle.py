@@ -1,11 +1,11 @@
 """`megaeval needle`: passkey and RULER needle-in-a-haystack retrieval over a grid of lengths and depths.
 
 Every (task, length, sample) is one unit of the run skeleton: its needles are drawn from the seed, its haystack
-sized so that every depth's prompt + --max-new-tokens fits the length (`tasks.needle_prompts`), and its prompts
+sized so that every depth's prompt + --max-new-tokens fits the length (`tasks.needle.prompts`), and its prompts
 answered greedily. With the shared schedule (the default for state-carrying models) the haystack before each needle
 is read once: prompts go in order of depth and each branches from a copy of the state read up to where it leaves
 the next one (`scoring.generate.generate_branches`); a Transformer reads each prompt whole (a copy of a long KV
-cache would double its memory). Scores: `metrics.needle`; the grid: `tasks.needle_results`.
+cache would double its memory). Scores: `metrics.needle`; the grid: `tasks.needle.results`.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from ..scoring.generate import generate_branches, parse_batch_size, rows_per_bat
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
-from ..tasks.needle_haystack import book_files, haystack_folder
-from ..tasks.needle_prompts import build_prompts, draw_needles, haystack_words, needle_token_offset, sample_rng
-from ..tasks.needle_results import needle_results
-from ..tasks.needle_spec import load_needle_task
+from ..tasks.needle.haystack import book_files, haystack_folder
+from ..tasks.needle.prompts import build_prompts, draw_needles, haystack_words, needle_token_offset, sample_rng
+from ..tasks.needle.results import needle_results
+from ..tasks.needle.spec import load_needle_task
 from ..tasks.specs import list_tasks, parse_tasks, spec_sha256
 
 DEFAULT_DEPTHS = "0,10,20,30,40,50,60,70,80,90,100"
@@ -198,6 +198,6 @@ def _reads_books(spec: dict[str, Any]) -> bool:
 def needle_summary(report: dict[str, Any]) -> str:
     """The per-task accuracy, by length, of a needle report (what the command prints)."""
     from ..tables import report_label
-    from .report import needle_tables
+    from .report.kinds import needle_tables
 
     return needle_tables([report], [report_label(report, "needle")])

@@ -17,7 +17,7 @@ from ..runs.report import model_facts
 from ..scoring.key_tokens import load_evaluator
 from ..scoring.stream_keys import evaluator_spans, file_spans, stream_key_positions
 from ..streams import BooksStream
-from ..tasks.longppl_data import SETTING_NAMES, key_identity, key_settings, read_key_file
+from ..tasks.longppl.data import SETTING_NAMES, key_identity, key_settings, read_key_file
 
 EVALUATOR_BATCH = 8  # short-context windows read together (changes no number)
 

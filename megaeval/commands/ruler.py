@@ -1,7 +1,7 @@
 """`megaeval ruler`: RULER's 13 tasks (Hsieh et al., 2024) with RULER's own instances, scores, averages and effective
 length.
 
-Instances are generated per (task, length) by the generators of `tasks.ruler_data` exactly as RULER's prepare.py
+Instances are generated per (task, length) by the generators of `tasks.ruler.data` exactly as RULER's prepare.py
 writes them for the model's tokenizer (or read back from RULER's layout with --data-dir). Every (task, length,
 sample) is one unit of the run skeleton: its prompt (RULER's input, then its answer prefix; inside the model's chat
 template with --chat-template) answered greedily with the task's token budget and scored by RULER's metric.
@@ -31,9 +31,9 @@ from ..scoring.generate import generate_branches, parse_batch_size, read_rate, r
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_duration, format_length
-from ..tasks.ruler_data import generate_instances, read_instances, write_instances
-from ..tasks.ruler_inputs import RulerInputs, token_counter
-from ..tasks.ruler_spec import load_ruler_task
+from ..tasks.ruler.data import generate_instances, read_instances, write_instances
+from ..tasks.ruler.inputs import RulerInputs, token_counter
+from ..tasks.ruler.spec import load_ruler_task
 from ..tasks.specs import parse_tasks, spec_sha256
 
 DEFAULT_RULER_LENGTHS = "4K,8K,16K,32K,64K,128K"
@@ -91,7 +91,7 @@ class RulerSettings(ChatFlags, RunSettings):
 
 def ruler_inputs(settings: RulerSettings) -> RulerInputs:
     """The essay text, QA folder and word list the generators read, from the flags (books stand in for essays)."""
-    from ..tasks.ruler_inputs import books_essay_text, read_essays
+    from ..tasks.ruler.inputs import books_essay_text, read_essays
 
     essay = read_essays(Path(settings.essays)) if settings.essays else books_essay_text()
     words = None
@@ -248,6 +248,6 @@ def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, 
 def ruler_summary(report: dict[str, Any]) -> str:
     """RULER's table of a report (what the command prints)."""
     from ..tables import report_label
-    from .report import ruler_tables
+    from .report.kinds import ruler_tables
 
     return ruler_tables([report], [report_label(report, "ruler")])

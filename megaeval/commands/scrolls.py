@@ -10,17 +10,17 @@ Fixed-context models fit the whole prompt (BOS + exemplars + example) in max_con
 documents lose tokens (--truncation middle|left|right), never a question, an answer, a joiner or the
 cue. The exemplars' documents are cut once per task to an equal share of what the non-document parts
 leave, so the prefix stays the same for every example and is still read once; the example gets the
-rest (the rule: `megaeval.tasks.scrolls_docs`). Answers are greedy, and stop at EOS or at a stop string.
-Examples and prompts: `tasks.scrolls_docs`; choices, examples and exemplars, read before the model loads:
-`tasks.scrolls_prepare`; the prefix and the answers: `tasks.scrolls_evaluate`; scores, and given predictions
-(`--predictions`, no model): `tasks.scrolls_results`. This module wires them to the run skeleton.
+rest (the rule: `megaeval.tasks.scrolls.docs`). Answers are greedy, and stop at EOS or at a stop string.
+Examples and prompts: `tasks.scrolls.docs`; choices, examples and exemplars, read before the model loads:
+`tasks.scrolls.prepare`; the prefix and the answers: `tasks.scrolls.evaluate`; scores, and given predictions
+(`--predictions`, no model): `tasks.scrolls.results`. This module wires them to the run skeleton.
 
 Chat models (`scoring.chat`, as lm-evaluation-harness's --apply_chat_template): with `chat_template` each
 example's SCROLLS prompt (its document inside) is the last user turn, after a `system_instruction` turn and, with
 `fewshot_as_multiturn` (on by default with a template), each exemplar as a user turn (its prompt) and an assistant
 turn (its first reference); without it the exemplars are folded into the user turn as plain text. The generation
 prompt follows. Fitting a fixed context counts the template's tokens and the system turn as fixed parts: only
-documents are cut (`tasks.scrolls_docs.PromptForm`). The rendering before the example's prompt is the prefix read
+documents are cut (`tasks.scrolls.docs.PromptForm`). The rendering before the example's prompt is the prefix read
 once. `bos` auto: the tokenizer's default unless the rendered text starts with the BOS text (`bos_effective`).
 The report records the flags, the template's name and sha256 (`chat_template_effective`) and each task's
 `first_prompt`.
@@ -46,10 +46,10 @@ from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.loglik import read_prefix
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.data import data_folders
-from ..tasks.scrolls_docs import TRUNCATIONS, Example, PromptForm
-from ..tasks.scrolls_evaluate import evaluate_examples, first_prompt, fit_prefix, opening, prompt_form
-from ..tasks.scrolls_prepare import ScrollsTask, prepare_scrolls_task
-from ..tasks.scrolls_results import prediction_results, scrolls_results
+from ..tasks.scrolls.docs import TRUNCATIONS, Example, PromptForm
+from ..tasks.scrolls.evaluate import evaluate_examples, first_prompt, fit_prefix, opening, prompt_form
+from ..tasks.scrolls.prepare import ScrollsTask, prepare_scrolls_task
+from ..tasks.scrolls.results import prediction_results, scrolls_results
 from ..tasks.specs import parse_tasks
 
 MEMORY = "peak_memory_bytes"  # per example: the process's peak while reading and answering it

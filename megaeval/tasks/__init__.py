@@ -1,5 +1,9 @@
-"""Task data and prompts, each suite organised alike: `<suite>_docs` (rows to documents or examples, prompts,
-exemplar draws), `<suite>_prepare` (the per-task choices and everything read before the model loads),
-`<suite>_evaluate` (one document or example scored or answered: the few-shot prefix read once) and
-`<suite>_results` (records to scores); `data` (local or hub splits) and `specs` (the suites' task files) serve both.
+"""Task data and prompts: one folder per suite, each organised alike, and the pieces every suite shares.
+
+Shared: `specs` (a suite's task files under suites/<suite>/, or a user's from --include-path: read, included,
+checked in one line) and `data` (local or hub splits). A suite's folder holds, as far as it needs them: `spec`
+(what its task files must hold), `docs`/`inputs`/`haystack` (rows or sources to documents, examples or instances),
+`prompts`, `prepare` (everything read before the model loads), `evaluate` (one unit answered or scored: shared
+work read once) and `results` (records to scores). Its command in `commands/` wires them to the run skeleton.
+docs/adding-a-suite.md says how a new suite is added.
 """

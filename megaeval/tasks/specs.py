@@ -2,7 +2,7 @@
 user's own task files from `--include-path` folders (as lm-evaluation-harness's --include_path).
 
 Every task file is read here: a file that is not YAML, not a mapping, or includes a file that is missing is refused
-in one line naming the file; what each field must hold is the suite's to check (e.g. `needle_spec`)."""
+in one line naming the file; what each field must hold is the suite's to check (e.g. `needle.spec`)."""
 
 from __future__ import annotations
 

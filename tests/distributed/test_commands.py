@@ -185,16 +185,26 @@ def test_resume_after_killing_two_ranks_on_any_world_size(sweep_inputs, tmp_path
     assert numbers(tmp_path / "r.json") == numbers(tmp_path / "ref.json") and not journal.exists()
 
 
-def test_needle_on_two_ranks_equals_one_process_data_and_chunk_parallel(sweep_inputs, tmp_path):
-    ckpt, _ = sweep_inputs
-    args = ["needle", "--model", str(ckpt), "--task", "passkey,niah_multikey_2", "--lengths", "256,512", "--depths",
-            "0,60,100", "--samples-per-cell", "2", "--max-new-tokens", "5", "--dtype", "float64"]  # fmt: skip
+NEEDLE = ["needle", "--task", "passkey,niah_multikey_2", "--lengths", "256,512", "--depths", "0,60,100",
+          "--samples-per-cell", "2", "--max-new-tokens", "5", "--dtype", "float64"]  # fmt: skip
+
+
+@pytest.mark.slow  # two ranks dealing units: ppl-sweep and ruler cover Run.map's dealing and gathering by default
+def test_needle_on_two_ranks_equals_one_process(sweep_inputs, tmp_path):
+    args = [*NEEDLE, "--model", str(sweep_inputs[0])]
     one = megaeval(*args, "--out", str(tmp_path / "one.json"), "--samples", str(tmp_path / "one.jsonl"))
     assert one.returncode == 0, one.stderr
     two = megaeval(*args, "--out", str(tmp_path / "two.json"), "--samples", str(tmp_path / "two.jsonl"), ranks=2)
     assert two.returncode == 0, two.stderr
     assert numbers(tmp_path / "two.json") == numbers(tmp_path / "one.json")
     assert (tmp_path / "two.jsonl").read_text() == (tmp_path / "one.jsonl").read_text()
+
+
+@pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
+def test_needle_sharing_each_prompt_over_two_ranks_equals_one_process(sweep_inputs, tmp_path):
+    args = [*NEEDLE, "--model", str(sweep_inputs[0])]
+    one = megaeval(*args, "--out", str(tmp_path / "one.json"), "--samples", str(tmp_path / "one.jsonl"))
+    assert one.returncode == 0, one.stderr
     cp = megaeval(*args, "--chunk-parallel", "2", "--out", str(tmp_path / "cp.json"), "--samples",
                   str(tmp_path / "cp.jsonl"), ranks=2)  # fmt: skip
     assert cp.returncode == 0, cp.stderr
@@ -268,6 +278,7 @@ def _longppl_runs(args: list[str], tmp_path: Path, runs: tuple) -> dict:
     return done
 
 
+@pytest.mark.slow  # two ranks dealing units: ppl-sweep and ruler cover Run.map's dealing and gathering by default
 def test_longppl_on_two_ranks_equals_one_process(tmp_path):
     args = _longppl_args(tmp_path)
     runs = _longppl_runs(args, tmp_path, (("one", 1, ()), ("two", 2, ())))

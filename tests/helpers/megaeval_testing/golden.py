@@ -20,174 +20,52 @@ import json
 import math
 import platform
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
-from . import REPO
+from . import REPO, TIMING_KEYS
 
 GOLDEN = REPO / "tests" / "fixtures" / "golden"
 SAMPLES = REPO / "data_prep" / "samples"
-TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
 VOLATILE_ENVIRONMENT = {"megaeval", "torch", "triton", "python", "platform", "device_name", "git_revision", "date"}
 TIMING_COLUMNS = {"tok/s", "peak mem", "seconds"}
-DTYPE = ["--dtype", "float64"]  # last-bit differences between machines stay far below every printed digit
+# Every academic task but MMLU at its default shots; MMLU (57 subjects, its groups) zero-shot, which is quicker.
+ACADEMIC = "hellaswag,piqa,siqa,winogrande,arc_easy,arc_challenge,boolq,nq_open,triviaqa"
 
-# (name, argv): run in order in one work folder; {repo} is the checkout. Each name's stdout is a golden file, and
-# so is every file it writes (listed in OUTPUTS).
-RUNS: list[tuple[str, list[str]]] = [
-    ("info-megalodon", ["info", "embedded:megalodon-tiny"]),
-    ("info-rfa", ["info", "embedded:rfa-tiny", "--json"]),
-    ("info-transformer", ["info", "embedded:transformer-tiny", "--json"]),
-    (
-        "prep-books",
-        ["prep-books", "{repo}/data_prep/corpora/austen/persuasion.txt", "--out", "stream", "--no-progress"],
-    ),
-    (
-        "ppl-sweep",
-        [
-            "ppl-sweep",
-            "--model",
-            "embedded:megalodon-tiny",
-            "--stream",
-            "stream",
-            "--lengths",
-            "256,1K",
-            "--tokens",
-            "2048",
-            "--batch-size",
-            "2",
-            "--no-progress",
-            "--out",
-            "sweep.json",
-            *DTYPE,
-        ],
-    ),
-    (
-        "scrolls",
-        [
-            "scrolls",
-            "--model",
-            "embedded:transformer-tiny",
-            "--data-dir",
-            "sdata",
-            "--tasks",
-            "qmsum",
-            "--max-new-tokens",
-            "8",
-            "--stop",
-            "###",
-            "--no-progress",
-            "--out",
-            "scrolls.json",
-            "--samples",
-            "scrolls.jsonl",
-            *DTYPE,
-        ],
-    ),
-    (
-        "academic",
-        [
-            "academic",
-            "--data-dir",
-            "{repo}/data_prep/samples",
-            "--limit",
-            "1",
-            "--no-progress",
-            "--out",
-            "academic.json",
-            "--samples",
-            "academic.jsonl",
-            *DTYPE,
-        ],
-    ),
-    (
-        "needle",
-        [
-            "needle",
-            "--model",
-            "embedded:mamba2-tiny",
-            "--tasks",
-            "passkey,niah_single_1",
-            "--lengths",
-            "512",
-            "--depths",
-            "0,50,100",
-            "--no-progress",
-            "--out",
-            "needle.json",
-            "--samples",
-            "needle.jsonl",
-            *DTYPE,
-        ],
-    ),
-    (
-        "ruler",
-        [
-            "ruler",
-            "--tasks",
-            "niah_single_1,niah_multikey_2,vt,cwe,fwe",
-            "--lengths",
-            "1K",
-            "--num-samples",
-            "2",
-            "--no-progress",
-            "--out",
-            "ruler.json",
-            "--samples",
-            "ruler.jsonl",
-            *DTYPE,
-        ],
-    ),
-    (
-        "ruler-prepare",
-        [
-            "ruler",
-            "--tasks",
-            "niah_single_1,vt",
-            "--lengths",
-            "1K",
-            "--num-samples",
-            "2",
-            "--prepare-only",
-            "--write-data",
-            "rdata",
-            "--no-progress",
-        ],
-    ),
-    (
-        "longppl",
-        [
-            "longppl",
-            "--model",
-            "embedded:mamba2-tiny",
-            "--evaluator",
-            "embedded:megalodon-tiny",
-            "--data",
-            "docs",
-            "--trunc-len",
-            "64",
-            "--sliding-window",
-            "32",
-            "--alpha",
-            "0.3",
-            "--beta",
-            "-3",
-            "--save-key-tokens",
-            "keys.json",
-            "--samples",
-            "longppl.jsonl",
-            "--out",
-            "longppl.json",
-            "--no-progress",
-            *DTYPE,
-        ],
-    ),
+# (name, command line): run in order in one work folder; {repo} is the checkout. Each one's stdout is a golden
+# file, and so is every file the runs write (OUTPUTS). Models run in float64: last-bit differences between machines
+# stay far below every printed digit.
+# fmt: off
+RUNS: list[tuple[str, str]] = [
+    ("info-megalodon", "info embedded:megalodon-tiny"),
+    ("info-rfa", "info embedded:rfa-tiny --json"),
+    ("prep-books", "prep-books {repo}/data_prep/corpora/austen/persuasion.txt --out stream --no-progress"),
+    ("ppl-sweep", "ppl-sweep --model embedded:megalodon-tiny --stream stream --lengths 256,1K --tokens 2048 "
+                  "--batch-size 2 --no-progress --out sweep.json --dtype float64"),
+    ("scrolls", "scrolls --model embedded:transformer-tiny --data-dir sdata --tasks qmsum --max-new-tokens 8 "
+                "--stop ### --no-progress --out scrolls.json --samples scrolls.jsonl --dtype float64"),
+    ("academic", f"academic --data-dir {{repo}}/data_prep/samples --limit 1 --tasks {ACADEMIC} --no-progress "
+                 "--out academic.json --samples academic.jsonl --dtype float64"),
+    ("academic-mmlu", "academic --data-dir {repo}/data_prep/samples --limit 1 --tasks mmlu --shots 0 --no-progress "
+                      "--out mmlu.json --samples mmlu.jsonl --dtype float64"),
+    ("needle", "needle --model embedded:mamba2-tiny --tasks passkey,niah_single_1 --lengths 512 --depths 0,100 "
+               "--no-progress --out needle.json --samples needle.jsonl --dtype float64"),
+    ("ruler", "ruler --tasks niah_single_1,vt,cwe,fwe --lengths 1K --num-samples 1 --no-progress --out ruler.json "
+              "--samples ruler.jsonl --dtype float64"),
+    ("ruler-prepare", "ruler --tasks niah_single_1,vt --lengths 1K --num-samples 2 --prepare-only --write-data rdata "
+                      "--no-progress"),
+    ("longppl", "longppl --model embedded:mamba2-tiny --evaluator embedded:megalodon-tiny --data docs --trunc-len 64 "
+                "--sliding-window 32 --alpha 0.3 --beta -3 --save-key-tokens keys.json --samples longppl.jsonl "
+                "--out longppl.json --no-progress --dtype float64"),
 ]
 OUTPUTS = ["stream/manifest.json", "sweep.json", "scrolls.json", "scrolls.jsonl", "academic.json", "academic.jsonl",
-           "needle.json", "needle.jsonl", "ruler.json", "ruler.jsonl", "rdata/1024/niah_single_1/validation.jsonl",
-           "rdata/1024/vt/validation.jsonl", "longppl.json", "longppl.jsonl", "keys.json"]  # fmt: skip
-REPORTS = ["sweep.json", "scrolls.json", "academic.json", "needle.json", "ruler.json", "longppl.json"]
-SAMPLE_FILES = ["scrolls.jsonl", "academic.jsonl", "needle.jsonl", "ruler.jsonl", "longppl.jsonl"]
+           "mmlu.json", "mmlu.jsonl", "needle.json", "needle.jsonl", "ruler.json", "ruler.jsonl",
+           "rdata/1024/niah_single_1/validation.jsonl", "rdata/1024/vt/validation.jsonl", "longppl.json",
+           "longppl.jsonl", "keys.json"]
+REPORTS = ["sweep.json", "scrolls.json", "academic.json", "mmlu.json", "needle.json", "ruler.json", "longppl.json"]
+SAMPLE_FILES = ["scrolls.jsonl", "academic.jsonl", "mmlu.jsonl", "needle.jsonl", "ruler.jsonl", "longppl.jsonl"]
+# fmt: on
 
 
 def prepare_inputs(work: Path) -> None:
@@ -202,23 +80,21 @@ def prepare_inputs(work: Path) -> None:
         (work / "docs" / name).write_text(text, encoding="utf-8")
 
 
-def report_runs(norm: Path) -> list[tuple[str, list[str]]]:
+def report_runs(norm: Path) -> list[tuple[str, str]]:
     """The runs over the normalized reports (so timing is fixed): report in every format, the page, the plots."""
-    runs = []
-    for report in REPORTS:
-        stem = report.removesuffix(".json")
-        for fmt in ("table", "markdown", "csv"):
-            runs.append((f"report-{stem}-{fmt}", ["report", f"{norm.name}/{report}", "--format", fmt]))
-    samples = [a for s in SAMPLE_FILES for a in ("--samples", f"{norm.name}/{s}")]
-    runs.append(
-        (
-            "report-html",
-            ["report", *(f"{norm.name}/{r}" for r in REPORTS), *samples, "--format", "html", "--out", "page.html"],
-        )
-    )
-    runs.append(("plot-ppl", ["plot", f"{norm.name}/sweep.json", "--out", "ppl.png", "--position-curve"]))
-    runs.append(("plot-needle", ["plot", f"{norm.name}/needle.json", "--out", "needle.png"]))
+    runs = [(f"report-{r.removesuffix('.json')}-{fmt}", f"report {norm.name}/{r} --format {fmt}")
+            for r in REPORTS for fmt in ("table", "markdown", "csv")]  # fmt: skip
+    reports = " ".join(f"{norm.name}/{r}" for r in REPORTS)
+    samples = " ".join(f"--samples {norm.name}/{s}" for s in SAMPLE_FILES)
+    runs.append(("report-html", f"report {reports} {samples} --format html --out page.html"))
+    runs.append(("plot-ppl", f"plot {norm.name}/sweep.json --out ppl.png --position-curve"))
+    runs.append(("plot-needle", f"plot {norm.name}/needle.json --out needle.png"))
     return runs
+
+
+def argv(command: str) -> list[str]:
+    """A run's command line as arguments, with the checkout's path filled in."""
+    return shlex.split(command.format(repo=REPO))
 
 
 def normalize_json(obj: Any) -> Any:

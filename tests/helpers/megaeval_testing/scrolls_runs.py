@@ -10,7 +10,7 @@ def run_recording(monkeypatch: Any, settings: Any) -> tuple[dict, dict]:
     prompt tokens with the length of the state it starts from (`seen["prompt"]`: (ids, length or None))."""
     from megaeval.commands import scrolls as scrolls_command
     from megaeval.commands.scrolls import run_scrolls
-    from megaeval.tasks import scrolls_evaluate
+    from megaeval.tasks.scrolls import evaluate as scrolls_evaluate
 
     seen: dict = {"prefix": [], "prompt": []}
     read, fill = scrolls_command.read_prefix, scrolls_evaluate.prefill

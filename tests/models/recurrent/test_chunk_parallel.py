@@ -17,7 +17,8 @@ from megaeval_testing.recurrent import chunk_parallel_scores, save_tiny
 CASES = [(2, 300, 0), (1, 200, 37), (2, 40, 5)]  # (batch, tokens, prefix): whole chunks, unaligned, one slice empty
 
 
-@pytest.mark.parametrize("kind", ["mamba", "mamba2"])
+# One ChunkParallelLM for every architecture: the default run checks it on Mamba-2, -m slow on Mamba-1 too.
+@pytest.mark.parametrize("kind", [pytest.param("mamba", marks=pytest.mark.slow), "mamba2"])
 def test_two_ranks_equal_one_process(kind: str, tmp_path: Path) -> None:
     folder = save_tiny(tmp_path / kind, kind)
     results = values(run_ranks(chunk_parallel_scores, 2, tmp_path / "ranks", timeout=120, checkpoint=str(folder),

@@ -1,0 +1,203 @@
+"""`megaeval report`: several reports side by side, a row per context length (ppl-sweep) or per task."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import fail
+from ...runs.report import TASK_SUMMARIES, load_report
+from ...tables import format_length, format_value, render_table, report_label, unique_labels
+
+SWEEP_METRICS = ("ppl", "longppl", "n_key_tokens", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second",
+                 "peak_memory_bytes", "model_flops_per_token", "achieved_tflops", "mfu")  # fmt: skip
+
+
+def sweep_rows(reports: list[dict[str, Any]], metric: str = "ppl") -> tuple[list[str], list[list[str]]]:
+    """Side-by-side ppl-sweep table: one row per context length, one column per report."""
+    if metric not in SWEEP_METRICS:
+        raise fail(f"unknown metric {metric!r}", f"use one of: {', '.join(SWEEP_METRICS)}")
+    by_length = [{row["context_length"]: row for row in r["results"]["lengths"]} for r in reports]
+    lengths = sorted({length for table in by_length for length in table})
+    rows = []
+    for length in lengths:
+        cells = [format_length(length)]
+        for table in by_length:
+            value = table.get(length, {}).get(metric)
+            cells.append("" if value is None else format_value(value))
+        rows.append(cells)
+    return ["context"], rows
+
+
+LONGPPL_METRICS = ("longppl", "ppl", "n_key_tokens", "n_tokens")
+
+
+def longppl_rows(reports: list[dict[str, Any]], metric: str = "longppl") -> tuple[list[str], list[list[str]]]:
+    """Side-by-side longppl table: one row per document (by id, in first-seen order) and the pooled row."""
+    if metric not in LONGPPL_METRICS:
+        raise fail(f"unknown metric {metric!r} for longppl reports", f"use one of: {', '.join(LONGPPL_METRICS)}")
+    tables = [{d["id"]: d for d in r["results"]["documents"]} for r in reports]
+    ids = list(dict.fromkeys(i for table in tables for i in table))
+    rows = [[i] + [_cell(table.get(i, {}).get(metric)) for table in tables] for i in ids]
+    rows.append(["all (pooled)"] + [_cell(r["results"].get(metric)) for r in reports])
+    return ["document"], rows
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else format_value(value)
+
+
+def task_rows(reports: list[dict[str, Any]], metric: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """Side-by-side scrolls/academic table: one row per task (its headline metric unless `metric`)."""
+    tasks: list[str] = []
+    for r in reports:
+        tasks += [t for t, v in r["results"].items() if t not in TASK_SUMMARIES and t not in tasks]
+    if metric is not None:
+        known = sorted({k for r in reports for v in r["results"].values() if isinstance(v, dict) for k in v
+                        if isinstance(v[k], (int, float)) and not isinstance(v[k], bool) and k != "n"})  # fmt: skip
+        if metric not in known:
+            raise fail(f"no task in these reports has a metric {metric!r}", f"use one of: {', '.join(known)}")
+    rows = []
+    for task in tasks:
+        cells = [task]
+        for r in reports:
+            res = r["results"].get(task)
+            key = metric or (res or {}).get("metric", "acc")
+            value = None if not isinstance(res, dict) else res.get(key)
+            cells.append("" if value is None else format_value(value))
+        rows.append(cells)
+    if metric is None and any(isinstance(r["results"].get("average"), (int, float)) for r in reports):
+        averages = [r["results"].get("average") for r in reports]
+        rows.append(["average"] + ["" if a is None else format_value(a) for a in averages])
+    return ["task"], rows
+
+
+def needle_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """Needle reports: for each report and task, accuracy with a row per depth and a column per length, and a last
+    row of each length's mean. As csv, one table whose rows name their report and task (columns: every length)."""
+    grids = []
+    for report, label in zip(reports, labels, strict=True):
+        for task, res in report["results"].items():
+            if task in TASK_SUMMARIES:
+                continue
+            lengths = [row["length"] for row in res["lengths"]]
+            depths = sorted({c["depth"] for c in res["cells"]})
+            grid = {(c["length"], c["depth"]): c["accuracy"] for c in res["cells"]}
+            grid.update({(row["length"], "mean"): row["accuracy"] for row in res["lengths"]})
+            grids.append((label, task, res, lengths, [*depths, "mean"], grid))
+    if fmt == "csv":
+        lengths = sorted({n for *_, grid_lengths, _, _ in grids for n in grid_lengths})
+        rows = [[label, task, _depth(d)] + [_accuracy(grid.get((n, d))) for n in lengths]
+                for label, task, _, _, depths, grid in grids for d in depths]  # fmt: skip
+        return render_table(["model", "task", "depth"] + [format_length(n) for n in lengths], rows, fmt)
+    out = []
+    for label, task, res, lengths, depths, grid in grids:
+        rows = [[_depth(d)] + [_accuracy(grid.get((n, d))) for n in lengths] for d in depths]
+        title = f"{label}: {task} accuracy by needle depth and length (overall {_accuracy(res['accuracy'])})"
+        out.append(f"{title}\n{render_table(['depth'] + [format_length(n) for n in lengths], rows, fmt)}")
+    return "".join(out)
+
+
+def ruler_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """RULER reports: for each, its scores (x 100) with a row per task and a column per length, the average row,
+    and the summary (average, wAvg inc and dec, effective length). As csv, one table whose rows name their report."""
+    out, csv_rows = [], []
+    all_lengths = sorted({row["length"] for r in reports for row in r["results"]["lengths"]})
+    for report, label in zip(reports, labels, strict=True):
+        res = report["results"]
+        lengths = [row["length"] for row in res["lengths"]]
+        grid = {(task, r["length"]): r["score"] for task, t in res["tasks"].items() for r in t["lengths"]}
+        grid.update({("average", row["length"]): row["average"] for row in res["lengths"]})
+        names = [*res["tasks"], "average"]
+        rows = [[name] + [_score(grid.get((name, n))) for n in lengths] for name in names]
+        csv_rows += [[label, name] + [_score(grid.get((name, n))) for n in all_lengths] for name in names]
+        effective = res["effective_length"]
+        reach = format_length(effective) if effective else f"< {format_length(lengths[0])}"
+        title = (f"{label}: RULER, average {_score(res['average'])}, wAvg inc {_score(res['wavg_inc'])}, dec "
+                 f"{_score(res['wavg_dec'])}, effective length {reach} (above {res['threshold']})")  # fmt: skip
+        out.append(f"{title}\n{render_table(['task'] + [format_length(n) for n in lengths], rows, fmt)}")
+    if fmt == "csv":
+        return render_table(["model", "task"] + [format_length(n) for n in all_lengths], csv_rows, fmt)
+    return "".join(out)
+
+
+def _score(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _depth(depth: int | str) -> str:
+    return depth if isinstance(depth, str) else f"{depth}%"
+
+
+def _accuracy(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _sweep_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    header, rows = sweep_rows(reports, metric or "ppl")
+    return render_table(header + labels, rows, fmt, title=f"{metric or 'ppl'} by context length")
+
+
+def _longppl_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    header, rows = longppl_rows(reports, metric or "longppl")
+    return render_table(header + labels, rows, fmt, title=f"longppl reports: {metric or 'longppl'} by document")
+
+
+def _task_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    header, rows = task_rows(reports, metric)
+    title = f"{reports[0]['command']}: {metric or 'headline metric'} by task"
+    return render_table(header + labels, rows, fmt, title=title)
+
+
+def _needle_table(reports: list[dict[str, Any]], labels: list[str], fmt: str, metric: str | None) -> str:
+    return needle_tables(reports, labels, fmt) if metric is None else _task_table(reports, labels, fmt, metric)
+
+
+@dataclass(frozen=True)
+class ReportKind:
+    """How one kind of report is shown: its title, its terminal table (`report`) and its HTML section
+    (`report --format html`, in report.sections). A new report kind adds one entry here."""
+
+    title: str
+    table: Callable[[list[dict[str, Any]], list[str], str, str | None], str]
+    html: str  # the name of its renderer in report.sections (imported only for HTML)
+
+
+KINDS = {
+    "ppl-sweep": ReportKind("Perplexity by context length", _sweep_table, "sweep_section"),
+    "longppl": ReportKind("LongPPL", _longppl_table, "longppl_section"),
+    "scrolls": ReportKind("SCROLLS", _task_table, "task_section"),
+    "academic": ReportKind("Academic suite", _task_table, "task_section"),
+    "needle": ReportKind("Needle in a haystack", _needle_table, "needle_section"),
+    "ruler": ReportKind("RULER", lambda reports, labels, fmt, _: ruler_tables(reports, labels, fmt), "ruler_section"),
+}
+
+
+def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = None) -> str:
+    """`megaeval report`: the given reports side by side."""
+    if not paths:
+        raise fail("no reports given", "pass one or more report.json files")
+    reports = [load_report(p) for p in paths]
+    commands = {r.get("command") for r in reports}
+    if len(commands) > 1:
+        raise fail(f"cannot put {' and '.join(sorted(map(str, commands)))} reports in one table",
+                   "pass one kind, or --format html for one page of every kind")  # fmt: skip
+    labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
+    return KINDS[commands.pop()].table(reports, labels, fmt, metric)
+
+
+def task_summary(report: dict[str, Any]) -> str:
+    """Per-task results of a scrolls or academic report as a table (with coverage when only some were scored)."""
+    header = ["task", "n", "metric", "score"]
+    partial = [r["coverage"] for r in report["results"].values() if isinstance(r, dict) and "coverage" in r]
+    covered = any(len(set(c.split("/"))) > 1 for c in partial)
+    rows = []
+    for task, r in report["results"].items():
+        if isinstance(r, dict) and "n" in r:
+            metric = r.get("metric", "acc")
+            rows.append([task, str(r["n"]), metric, "" if r.get(metric) is None else f"{r[metric]:.4f}"]
+                        + ([r.get("coverage", "")] if covered else []))  # fmt: skip
+    title = f"{report['command']}: {report_label(report, 'predictions')}"
+    return render_table(header + (["coverage"] if covered else []), rows, "table", title=title)

@@ -1,0 +1,129 @@
+"""The HTML page's section for each report kind (`report --format html`), registered in `report.kinds.KINDS`
+beside the kind's terminal table: runs side by side, numbers as the reports hold them, pictures as SVG."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from ...runs.report import TASK_SUMMARIES
+from ...tables import format_length, format_value
+from .svg import heatmap, line_chart
+
+
+def table(header: list[str], rows: list[list[str]], classes: list[list[str]] | None = None, name: str = "") -> str:
+    """An HTML table (cells already escaped), with an optional class per body cell."""
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        marks = classes[i] if classes else [""] * len(row)
+        cells = "".join(f'<td class="{m}">{c}</td>' if m else f"<td>{c}</td>" for m, c in zip(marks, row, strict=True))
+        body.append(f"<tr>{cells}</tr>")
+    return f'<table class="numbers" data-table="{escape(name)}"><thead><tr>{head}</tr></thead><tbody>' \
+           f'{"".join(body)}</tbody></table>'  # fmt: skip
+
+
+def _value(value: Any) -> str:
+    return "" if value is None else escape(format_value(value))
+
+
+def sweep_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """Perplexity: the table by context length (ppl, and LongPPL when measured), the Figure 5 curve and the
+    position curve at each run's longest length."""
+    keyed = any(row.get("longppl") is not None for r in reports for row in r["results"]["lengths"])
+    by_length = [{row["context_length"]: row for row in r["results"]["lengths"]} for r in reports]
+    lengths = sorted({n for t in by_length for n in t})
+    metrics = ["ppl", *(["longppl"] if keyed else []), "bits_per_byte"]
+    header = ["context"] + [f"{escape(label)}<br><small>{m}</small>" for m in metrics for label in labels]
+    rows = [[format_length(n)] + [_value(t.get(n, {}).get(m)) for m in metrics for t in by_length] for n in lengths]
+    parts = [table(header, rows, name="ppl-sweep")]
+    curves = [(label, [(row["context_length"], row.get("ppl")) for row in r["results"]["lengths"]])
+              for r, label in zip(reports, labels, strict=True)]  # fmt: skip
+    parts.append(line_chart(curves, "Perplexity by context length", "perplexity (token level)"))
+    if keyed:
+        keys = [(label, [(row["context_length"], row.get("longppl")) for row in r["results"]["lengths"]])
+                for r, label in zip(reports, labels, strict=True)]  # fmt: skip
+        parts.append(line_chart(keys, "LongPPL (key tokens) by context length", "LongPPL"))
+    position = []
+    for r, label in zip(reports, labels, strict=True):
+        curves_of = r["results"].get("position_curve") or []
+        if curves_of:
+            longest = max(curves_of, key=lambda c: c["context_length"])
+            position.append((f"{label} (L={format_length(longest['context_length'])})",
+                             [(b["end"], b["mean_nll"]) for b in longest["buckets"]]))  # fmt: skip
+    if position:
+        parts.append(line_chart(position, "NLL by position within the segment", "mean NLL (nats)",
+                                "tokens of context seen (upper edge of each log2 bucket)"))  # fmt: skip
+    return "".join(parts)
+
+
+def task_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """SCROLLS and academic: a row per task, its headline metric ± stderr per run; a cell whose value differs from
+    the first run's by more than their combined standard errors (or at all, without them) is highlighted."""
+    tasks = list(dict.fromkeys(t for r in reports for t in r["results"] if t not in TASK_SUMMARIES))
+    rows, classes = [], []
+    for task in tasks:
+        results = [r["results"].get(task) if isinstance(r["results"].get(task), dict) else None for r in reports]
+        metric = next((res["metric"] for res in results if res and "metric" in res), "acc")
+        first = results[0] or {}
+        row, marks = [f"{escape(task)} <small>{escape(metric)}</small>"], [""]
+        for res in results:
+            value, err = (res or {}).get(metric), (res or {}).get(f"{metric}_stderr")
+            row.append("" if value is None else _value(value) + (f" ± {err:.4f}" if err is not None else ""))
+            marks.append("differs" if _differs(first, res or {}, metric) else "")
+        rows.append(row)
+        classes.append(marks)
+    averages = [r["results"].get("average") for r in reports]
+    if any(isinstance(a, (int, float)) for a in averages):
+        rows.append(["average"] + [_value(a) for a in averages])
+        classes.append([""] * (len(reports) + 1))
+    return table(["task", *map(escape, labels)], rows, classes, name="tasks")
+
+
+def _differs(first: dict[str, Any], other: dict[str, Any], metric: str) -> bool:
+    a, b = first.get(metric), other.get(metric)
+    if a is None or b is None or other is first:
+        return False
+    spread = (first.get(f"{metric}_stderr") or 0.0) + (other.get(f"{metric}_stderr") or 0.0)
+    return abs(a - b) > spread if spread else a != b
+
+
+def needle_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """Needle: one heatmap per task and run (accuracy by depth and length) and the accuracy table."""
+    parts = []
+    for report, label in zip(reports, labels, strict=True):
+        for task, res in report["results"].items():
+            if task in TASK_SUMMARIES:
+                continue
+            lengths = [format_length(row["length"]) for row in res["lengths"]]
+            depths = sorted({c["depth"] for c in res["cells"]})
+            values = {(f"{c['depth']}%", format_length(c["length"])): c["accuracy"] for c in res["cells"]}
+            title = f"{label}: {task}, accuracy {res['accuracy']:.2f}"
+            parts.append(heatmap([f"{d}%" for d in depths], lengths, values, title))
+    return "".join(parts)
+
+
+def ruler_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """RULER: per run, its scores by task and length, the averages and the effective length."""
+    parts = []
+    for report, label in zip(reports, labels, strict=True):
+        res = report["results"]
+        lengths = [row["length"] for row in res["lengths"]]
+        grid = {(t, r["length"]): r["score"] for t, v in res["tasks"].items() for r in v["lengths"]}
+        rows = [[escape(t)] + [_value(grid.get((t, n))) for n in lengths] for t in res["tasks"]]
+        rows.append(["average"] + [_value(row["average"]) for row in res["lengths"]])
+        effective = format_length(res["effective_length"]) if res.get("effective_length") else "below the first"
+        parts.append(f"<h3>{escape(label)}: average {_value(res['average'])}, wAvg inc {_value(res['wavg_inc'])}, "
+                     f"dec {_value(res['wavg_dec'])}, effective length {effective}</h3>")  # fmt: skip
+        parts.append(table(["task", *(format_length(n) for n in lengths)], rows, name=f"ruler-{label}"))
+    return "".join(parts)
+
+
+def longppl_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """LongPPL: a row per document, LongPPL and perplexity per run, and the pooled row."""
+    tables = [{d["id"]: d for d in r["results"]["documents"]} for r in reports]
+    ids = list(dict.fromkeys(i for t in tables for i in t))
+    header = ["document"] + [f"{escape(label)}<br><small>{m}</small>" for label in labels for m in ("longppl", "ppl")]
+    rows = [[escape(i)] + [_value(t.get(i, {}).get(m)) for t in tables for m in ("longppl", "ppl")] for i in ids]
+    rows.append(["all (pooled)"] + [_value(r["results"].get(m)) for r in reports for m in ("longppl", "ppl")])
+    return table(header, rows, name="longppl")

@@ -1,0 +1,119 @@
+"""`megaeval ruler` end to end: --prepare-only writes RULER's own instances (byte for byte what RULER's prepare.py
+wrote, tests/fixtures/ruler/reference), --data-dir reads them back, a model given the answers scores 100 on every
+task at every length whether it reads generated or prepared instances, and bad inputs are one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from megaeval.cli import app
+from megaeval.commands.ruler import RulerSettings, prepare_ruler, run_ruler
+from megaeval.errors import MegaevalError
+from megaeval.tasks.ruler.data import instances_path, read_instances
+from megaeval_testing import REPO
+from megaeval_testing.oracle import save_oracle
+
+FIXTURES = REPO / "tests" / "fixtures" / "ruler"
+INPUTS = {"essays": str(FIXTURES / "inputs" / "essays.json"), "qa_data": str(FIXTURES / "inputs")}
+TASKS = "niah_single_1,niah_multikey_2,fwe,qa_1"
+
+
+@pytest.mark.parametrize("kind, tokenizer, length", [
+    ("hf", "embedded:transformer-tiny", 1024),
+    ("bpe", str(FIXTURES / "tokenizer-bpe"), 2048),  # a transformers tokenizer folder that counts differently
+], ids=["hf", "bpe"])  # fmt: skip
+def test_prepare_only_writes_what_rulers_prepare_wrote(tmp_path, kind, tokenizer, length):
+    result = CliRunner().invoke(app, ["ruler", "--prepare-only", "--tokenizer", tokenizer,
+                                      "--write-data", str(tmp_path), "--lengths", str(length), "--num-samples", "2",
+                                      "--tasks", "niah_single_2,cwe,qa_2", "--essays", INPUTS["essays"],
+                                      "--qa-data", INPUTS["qa_data"]])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for task in ("niah_single_2", "cwe", "qa_2"):
+        reference = FIXTURES / "reference" / kind / str(length) / task / "validation.jsonl.gz"
+        assert instances_path(tmp_path, length, task).read_bytes() == gzip.decompress(reference.read_bytes()), task
+
+
+def test_prepare_only_refuses_in_one_line_where_ruler_loops(tmp_path):
+    # with the bpe tokenizer 500 essay words (RULER's smallest haystack) do not fit in 1K: RULER's run kept looping
+    result = CliRunner().invoke(app, ["ruler", "--prepare-only", "--tokenizer", str(FIXTURES / "tokenizer-bpe"),
+                                      "--write-data", str(tmp_path), "--lengths", "1K", "--num-samples", "2",
+                                      "--tasks", "niah_single_2", "--essays", INPUTS["essays"]])  # fmt: skip
+    assert result.exit_code != 0
+    assert re.search(r"niah_single_2 does not fit in 1024 tokens: .*loop forever.*use a longer length", result.output)
+    assert not instances_path(tmp_path, 1024, "niah_single_2").exists()
+
+
+def test_a_model_given_the_answers_scores_100_everywhere_from_generated_or_prepared_instances(tmp_path):
+    data = tmp_path / "data"
+    common = dict(tasks=TASKS, lengths="3K,4K", num_samples=2, **INPUTS)
+    prepare_ruler(RulerSettings(tokenizer=str(save_oracle(tmp_path / "bare")), prepare_only=True,
+                                write_data=str(data), **common))  # fmt: skip
+    answers = []
+    for task in TASKS.split(","):
+        for length in (3072, 4096):
+            for r in read_instances(data, length, task):
+                answers.append((r["input"] + r["answer_prefix"], " " + ", ".join(r["outputs"])))
+    oracle = str(save_oracle(tmp_path / "oracle", answers=answers))
+    generated = run_ruler(RulerSettings(model=oracle, out=str(tmp_path / "g.json"), samples=str(tmp_path / "g.jsonl"),
+                                        **common), progress=False)  # fmt: skip
+    prepared = run_ruler(RulerSettings(model=oracle, out=str(tmp_path / "p.json"), data_dir=str(data),
+                                       tasks=TASKS, lengths="3K,4K", num_samples=2), progress=False)  # fmt: skip
+    for report in (generated, prepared):
+        results = report["results"]
+        assert {t: [r["score"] for r in v["lengths"]] for t, v in results["tasks"].items()} == {
+            t: [100.0, 100.0] for t in TASKS.split(",")}  # fmt: skip
+        assert results["average"] == 100.0 and results["effective_length"] == 4096
+    rows = [json.loads(line) for line in (tmp_path / "g.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * 2 * 2 and all(r["score"] == 1.0 for r in rows)
+    assert all(r["prompt_tokens"] + load_budget(r["task"]) <= r["length"] + 1 for r in rows)  # + BOS
+    table = CliRunner().invoke(app, ["report", str(tmp_path / "g.json")]).output
+    assert "effective length 4K" in table and "100.00" in table
+
+
+def load_budget(task: str) -> int:
+    from megaeval.tasks.ruler.spec import load_ruler_task
+
+    return load_ruler_task(task)["tokens_to_generate"]
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    qa_only = dict(tasks="qa_1", lengths="1K", num_samples=1, prepare_only=True, write_data=str(tmp_path / "w"),
+                   tokenizer="embedded:transformer-tiny")  # fmt: skip
+    with pytest.raises(MegaevalError, match=r"squad\.json.*--qa-data"):
+        prepare_ruler(RulerSettings(**qa_only))
+    with pytest.raises(MegaevalError, match=r"--prepare-only writes instances and nothing else; pass --write-data"):
+        RulerSettings(prepare_only=True)
+    with pytest.raises(MegaevalError, match=r"niah_single_1.*256"):
+        prepare_ruler(RulerSettings(**{**qa_only, "tasks": "niah_single_1", "lengths": "256"}))
+    path = instances_path(tmp_path / "d", 1024, "vt")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"input": "x", "outputs": ["a"], "length": 10}) + "\n")
+    with pytest.raises(MegaevalError, match=r"validation\.jsonl line 1: `answer_prefix` is missing"):
+        read_instances(tmp_path / "d", 1024, "vt")
+    with pytest.raises(MegaevalError, match=r"no 2048/vt/validation\.jsonl"):
+        read_instances(tmp_path / "d", 2048, "vt")
+
+
+def test_the_cost_line_counts_the_instances_and_tokens_still_to_run(tmp_path, capfd):
+    settings = dict(model="embedded:megalodon-tiny", tasks="fwe", lengths="1K,2K", num_samples=2,
+                    out=str(tmp_path / "r.json"))  # fmt: skip
+
+    def stop_after_one(done):
+        if done == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_ruler(RulerSettings(**settings), progress=True, on_unit=stop_after_one)
+    first = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
+    # (1K + 2K) x 2 samples: 4 instances, 6,144 tokens; at most 50 tokens generated each
+    assert first[0].startswith("ruler: 4 of 4 instances to run, 6,144 prompt tokens to read (and up to 200 to ")
+    assert re.search(r"reading takes about \d+ s at [\d,]+ tokens/s per model copy \(a 1K read", first[0])
+    run_ruler(RulerSettings(**settings, resume=True), progress=True)
+    # the first 1K instance done: 1K + 2K + 2K left
+    again = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
+    assert again[0].startswith("ruler: 3 of 4 instances to run, 5,120 prompt tokens to read (and up to 150 to ")
