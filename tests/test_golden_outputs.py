@@ -48,7 +48,7 @@ def produced(tmp_path_factory) -> dict[str, bytes]:
     finally:
         cli.close()
     out["files/page.html"] = G.without_repo((work / "page.html").read_text(encoding="utf-8")).encode()
-    for picture in ("ppl.png", "needle.png"):
+    for picture in ("ppl.png", "needle.png", "babilong.png"):
         out[f"files/{picture}"] = (work / picture).read_bytes()
     if RECORD:
         if G.GOLDEN.exists():

@@ -1,6 +1,6 @@
 """Kill -9 and resume, black box: an interrupted run, resumed, reports exactly what an uninterrupted run reports.
 
-For ppl-sweep, scrolls, academic, needle and ruler (a tiny random MEGALODON, small data):
+For ppl-sweep, scrolls, academic, needle, ruler and babilong (a tiny random MEGALODON, small data):
 - the same command run twice from scratch gives the same numbers and the same samples file;
 - a run killed with SIGKILL at a seeded random point of its progress (read from its resume journal
   `OUT.partial.jsonl`: a fingerprint line, then one line per finished unit), then rerun with --resume
@@ -73,6 +73,11 @@ FAST = {
         "ruler --model {ckpt} --tasks niah_single_1,fwe --lengths 1K,2K --num-samples 3 --batch-size 2 "
         "--no-progress --out {out} --samples {samples}",
     ),
+    "babilong": Job(
+        "babilong",
+        "babilong --model {ckpt} --data {bdata} --tasks qa1,qa4 --lengths 0k,1k --batch-size 2 --no-progress "
+        "--out {out} --samples {samples}",
+    ),
 }
 FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum samples
     "ppl-sweep": Job(
@@ -87,6 +92,7 @@ FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum sample
     "academic": FAST["academic"],
     "needle": FAST["needle"],
     "ruler": FAST["ruler"],
+    "babilong": FAST["babilong"],
 }
 
 
@@ -118,6 +124,7 @@ class World:
             "stream": self.stream,
             "sdata": self.sdata,
             "samples_dir": self.samples_dir,
+            "bdata": H.REPO / "tests" / "fixtures" / "babilong" / "frozen",
             "out": folder / "report.json",
             "samples": folder / "samples.jsonl",
         }

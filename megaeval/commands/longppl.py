@@ -31,15 +31,8 @@ from ..scoring.key_tokens import (
     model_key_positions,
 )
 from ..tables import format_value, render_table, report_label
-from ..tasks.longppl.data import (
-    Document,
-    key_file,
-    key_identity,
-    key_settings,
-    read_documents,
-    read_key_file,
-    spans_for,
-)
+from ..tasks.data import Document, read_documents
+from ..tasks.longppl.data import key_file, key_identity, key_settings, read_key_file, spans_for
 from ..tokenizers import encode_offsets
 
 MODEL_CONTEXT_FIX = "use a model whose context holds the document (--model-args max_context=N), or shorter documents"

@@ -113,7 +113,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return report
 
 
-COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl")
+COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl", "babilong")
 TASK_SUMMARIES = ("average", "average_of")  # results keys of a task report that are not tasks
 
 
@@ -220,6 +220,34 @@ def _check_longppl(results: dict[str, Any], path: Path, fix: str) -> None:
                 raise fail(f"{broken}: {where}.{key} is {value!r:.40}, not a number", fix)
 
 
+def _check_babilong(results: dict[str, Any], path: Path, fix: str) -> None:
+    """A babilong report's table, as `report` reads it: per task an accuracy at every length, per length the
+    average (or null) and the averaged tasks."""
+    broken = f"{path} is not a complete megaeval report"
+    rows = results.get("lengths")
+    if (
+        not isinstance(rows, list)
+        or not rows
+        or not all(
+            isinstance(r, dict)
+            and isinstance(r.get("length"), str)
+            and (r.get("average") is None or _number(r["average"]))
+            for r in rows
+        )
+    ):
+        raise fail(f"{broken}: results.lengths is missing or malformed", fix)
+    tasks = results.get("tasks")
+    if not isinstance(tasks, dict) or not tasks:
+        raise fail(f"{broken}: results.tasks is missing or empty", fix)
+    for task, cells in tasks.items():
+        accuracies = [cells.get(r["length"]) if isinstance(cells, dict) else None for r in rows]
+        if not all(isinstance(a, dict) and _number(a.get("accuracy")) for a in accuracies):
+            raise fail(f"{broken}: results.tasks.{task} lacks an accuracy at one of the lengths", fix)
+    averaged = results.get("average_of")
+    if not isinstance(averaged, list) or not averaged or not all(isinstance(t, str) for t in averaged):
+        raise fail(f"{broken}: results.average_of is missing or malformed", fix)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -235,6 +263,9 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
         return
     if report.get("command") == "longppl":
         _check_longppl(results, path, fix)
+        return
+    if report.get("command") == "babilong":
+        _check_babilong(results, path, fix)
         return
     if report.get("command") != "ppl-sweep":
         _check_tasks(results, broken, fix)

@@ -1,12 +1,16 @@
-"""Evaluation data: a split of a task from local files (`--data-dir DIR/<task>/<split>.*`) or the hub."""
+"""Evaluation data: a split of a task from local files (`--data-dir DIR/<task>/<split>.*`) or the hub, and documents
+read as `prep-books` reads books (LongPPL's documents, BABILong's background books)."""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..data_prep.book_sources import open_source, read_book
 from ..errors import fail
 from ..files import file_sha256
 
@@ -47,6 +51,14 @@ def read_rows(path: str | Path) -> list[Any]:
         raise
 
 
+def shipped_books() -> Path:
+    """The public-domain books megaeval ships (Jane Austen's six novels): needle's haystack and BABILong's background
+    by default."""
+    from importlib import resources
+
+    return Path(str(resources.files("megaeval.data_prep").joinpath("corpora", "austen")))
+
+
 def data_folders(data_dir: str | Path | None) -> list[Path]:
     """The local data an evaluation must never overwrite: the whole --data-dir (every task, every split)."""
     return [] if data_dir is None else [Path(data_dir)]
@@ -84,3 +96,40 @@ def load_split(task: str, split: str, data_dir: str | Path | None, hub: dict[str
         ) from None
     source = {"hub": name, "config": config, "revision": revision, "fingerprint": rows._fingerprint}
     return list(rows), source
+
+
+@dataclass
+class Document:
+    """One document: its id (file path or source row), text and the sha256 of its UTF-8 bytes."""
+
+    id: str
+    text: str
+    sha256: str
+
+
+def text_sha256(text: str) -> str:
+    """The checksum documents (and a books stream's books) are matched by."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_documents(sources: list[str], text_field: str = "text") -> tuple[list[Document], list[dict[str, Any]]]:
+    """The documents of `sources` in order (folders of .txt, .jsonl/.parquet rows, saved datasets, `hub:NAME[:SPLIT]`)
+    and what each source was (path, kind, checksum); an empty document is refused."""
+    if not sources:
+        raise fail("no --data given", "pass --data with a folder of .txt files, a .jsonl/.parquet file or hub:NAME")
+    documents, described = [], []
+    for index, src in enumerate(sources):
+        source = open_source(src.removeprefix("hub:"), text_field)
+        for book_id, _, path, text in source.tasks(index, text_field):
+            if path is not None:
+                _, text = read_book(Path(path))
+            if not text or text.isspace():
+                raise fail(f"document {book_id} of {src} is empty", "remove it from the data: it has no tokens")
+            documents.append(Document(book_id, text, text_sha256(text)))
+        described.append({"path": src, "kind": source.kind, "documents": source.count,
+                          "sha256": source.sha256 or _files_checksum(source)})  # fmt: skip
+    return documents, described
+
+
+def _files_checksum(source: Any) -> str:
+    return hashlib.sha256("".join(f"{file_sha256(p)}  {i}\n" for i, p in source.files).encode()).hexdigest()

@@ -299,3 +299,18 @@ def test_longppl_sharing_each_document_over_two_ranks_equals_one_process(tmp_pat
     for a, b in zip(one["documents"], cp["documents"], strict=True):
         assert a["n_key_tokens"] == b["n_key_tokens"]
         assert b["longppl"] == pytest.approx(a["longppl"], rel=1e-10) and b["ppl"] == pytest.approx(a["ppl"], rel=1e-10)
+
+
+@pytest.mark.slow  # two ranks dealing units: ppl-sweep and ruler cover Run.map's dealing and gathering by default
+def test_babilong_on_two_ranks_equals_one_process(sweep_inputs, tmp_path):
+    """Instances dealt to two ranks give one process's report, samples and official prediction files."""
+    args = ["babilong", "--model", str(sweep_inputs[0]), "--data", str(REPO / "tests" / "fixtures" / "babilong" /
+            "frozen"), "--tasks", "qa1,qa4", "--lengths", "0k,1k", "--dtype", "float64"]  # fmt: skip
+    runs = {}
+    for name, ranks in (("one", 1), ("two", 2)):
+        done = megaeval(*args, "--out", str(tmp_path / f"{name}.json"), "--samples", str(tmp_path / f"{name}.jsonl"),
+                        "--write-predictions", str(tmp_path / name), ranks=ranks)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        runs[name] = (numbers(tmp_path / f"{name}.json"), (tmp_path / f"{name}.jsonl").read_text(),
+                      {p.name: p.read_bytes() for p in (tmp_path / name).iterdir()})  # fmt: skip
+    assert runs["one"] == runs["two"] and len(runs["one"][2]) == 8

@@ -123,6 +123,32 @@ def ruler_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "t
     return "".join(out)
 
 
+def babilong_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """BABILong reports: for each, accuracy (x 100) with a row per task and a column per length, and the qa1-qa5
+    average row (blank where one of the five is missing). As csv, one table whose rows name their report."""
+    out, csv_rows = [], []
+    all_lengths = list(dict.fromkeys(row["length"] for r in reports for row in r["results"]["lengths"]))
+    for report, label in zip(reports, labels, strict=True):
+        res = report["results"]
+        lengths = [row["length"] for row in res["lengths"]]
+        grid = {(t, n): cell["accuracy"] for t, cells in res["tasks"].items() for n, cell in cells.items()}
+        grid.update({("average", row["length"]): row["average"] for row in res["lengths"]})
+        names = [*res["tasks"], "average"]
+        rows = [[name] + [_percent(grid.get((name, n))) for n in lengths] for name in names]
+        csv_rows += [[label, name] + [_percent(grid.get((name, n))) for n in all_lengths] for name in names]
+        title = (
+            f"{label}: BABILong accuracy by task and length (average: {res['average_of'][0]}-{res['average_of'][-1]})"
+        )
+        out.append(f"{title}\n{render_table(['task', *lengths], rows, fmt)}")
+    if fmt == "csv":
+        return render_table(["model", "task", *all_lengths], csv_rows, fmt)
+    return "".join(out)
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
 def _score(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}"
 
@@ -172,6 +198,9 @@ KINDS = {
     "academic": ReportKind("Academic suite", _task_table, "task_section"),
     "needle": ReportKind("Needle in a haystack", _needle_table, "needle_section"),
     "ruler": ReportKind("RULER", lambda reports, labels, fmt, _: ruler_tables(reports, labels, fmt), "ruler_section"),
+    "babilong": ReportKind(
+        "BABILong", lambda reports, labels, fmt, _: babilong_tables(reports, labels, fmt), "babilong_section"
+    ),
 }
 
 

@@ -1,5 +1,5 @@
 """`megaeval plot`: perplexity against context length (and the per-position NLL curve) from reports; needle
-heatmaps and RULER averages by length (plot_retrieval).
+heatmaps, RULER averages by length and BABILong heatmaps (plot_retrieval).
 
 Needs the `plot` extra (matplotlib).
 """
@@ -50,7 +50,8 @@ def plot_reports(paths: list[str | Path], out: str | Path, position_curve: bool 
             return _retrieval_plot(kind, paths, reports, labels, out, position_curve)
     for p, r in zip(paths, reports, strict=True):
         if r.get("command") != "ppl-sweep":
-            raise fail(f"{p} is a {r.get('command')!r} report", "plot draws ppl-sweep, needle or ruler reports")
+            raise fail(f"{p} is a {r.get('command')!r} report",
+                       "plot draws ppl-sweep, needle, ruler or babilong reports")  # fmt: skip
         if position_curve and not r["results"].get("position_curve"):
             raise fail(f"{p} has no results.position_curve", "drop --position-curve, or plot ppl-sweep reports")
         if metric == "longppl" and not any(row.get("longppl") is not None for row in r["results"]["lengths"]):
@@ -76,7 +77,7 @@ def _save(plt: Any, fig: Any, out: Path) -> Path:
     return out
 
 
-FIGURES = ("needle", "ruler")  # report kinds drawn by plot_retrieval's `<kind>_figure`
+FIGURES = ("needle", "ruler", "babilong")  # report kinds drawn by plot_retrieval's `<kind>_figure`
 
 
 def _retrieval_plot(

@@ -111,3 +111,29 @@ def ruler_figure(plt: Any, reports: list[dict], labels: list[str]) -> Any:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def babilong_figure(plt: Any, reports: list[dict], labels: list[str]) -> Any:
+    """BABILong's published heatmap, one panel per report: tasks (and the qa1-qa5 average) by length, accuracy in
+    each cell, red through yellow to green from 0 to 100 (collect_results' colours)."""
+    from matplotlib.colors import LinearSegmentedColormap
+
+    cmap = LinearSegmentedColormap.from_list("ryg", ["red", "yellow", "green"], N=256)
+    fig, axes = plt.subplots(1, len(reports), figsize=(5 * len(reports), 3.5), squeeze=False, layout="constrained")
+    for ax, report, label in zip(axes[0], reports, labels, strict=True):
+        res = report["results"]
+        lengths = [row["length"] for row in res["lengths"]]
+        names = [*res["tasks"], "average"]
+        grid = [[res["tasks"][t][n]["accuracy"] for n in lengths] for t in res["tasks"]]
+        grid.append([float("nan") if row["average"] is None else row["average"] for row in res["lengths"]])
+        ax.imshow(grid, cmap=cmap, vmin=0, vmax=100, aspect="auto")
+        for i, row in enumerate(grid):
+            for j, value in enumerate(row):
+                if value == value:  # not NaN
+                    ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=9)
+        ax.set_xticks(range(len(lengths)), lengths)
+        ax.set_yticks(range(len(names)), names)
+        ax.set_xlabel("Context size")
+        ax.set_ylabel("Tasks")
+        ax.set_title(label, fontsize=11)
+    return fig

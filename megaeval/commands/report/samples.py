@@ -88,7 +88,7 @@ def browser_rows(records: list[dict[str, Any]], report: dict[str, Any], run: str
 
 def _tasks(report: dict[str, Any]) -> set[str] | None:
     res = report["results"]
-    if report["command"] == "ruler":
+    if report["command"] in ("ruler", "babilong"):
         return set(res["tasks"])
     if report["command"] in ("scrolls", "academic", "needle"):
         return {t for t in res if t not in TASK_SUMMARIES}
@@ -99,7 +99,7 @@ def _score(kind: str, r: dict[str, Any], report: dict[str, Any], task: str | Non
     """The sample's score on its task's headline metric, as a fraction (full credit: 1)."""
     if kind == "longppl":
         return r.get("longppl")
-    if kind in ("needle", "ruler"):
+    if kind in ("needle", "ruler", "babilong"):
         return r.get("score")
     metric = (report["results"].get(task) or {}).get("metric")
     if kind == "scrolls":  # its samples hold scores x 100
@@ -115,6 +115,8 @@ def _references(kind: str, r: dict[str, Any]) -> str:
         return " | ".join(map(str, r.get("answer") or []))
     if kind == "ruler":
         return " | ".join(map(str, r.get("outputs") or []))
+    if kind == "babilong":
+        return str(r.get("target") or "")
     if kind == "academic" and "target" in r:
         return f"choice {r['target']}"
     return " | ".join(map(str, r.get("references") or []))
@@ -123,7 +125,8 @@ def _references(kind: str, r: dict[str, Any]) -> str:
 def _detail(kind: str, r: dict[str, Any]) -> str:
     keys = {"longppl": ("n_key_tokens", "ppl", "n_tokens"), "academic": ("loglikelihoods",),
             "scrolls": ("prompt_tokens", "truncated_tokens", "stop_reason"),
-            "needle": ("prompt_tokens", "stop_reason"), "ruler": ("prompt_tokens", "stop_reason")}[kind]  # fmt: skip
+            "needle": ("prompt_tokens", "stop_reason"), "ruler": ("prompt_tokens", "stop_reason"),
+            "babilong": ("question", "prompt_tokens", "stop_reason")}[kind]  # fmt: skip
     return ", ".join(f"{k} {_text(r[k])}" for k in keys if r.get(k) is not None)[:FIELD_CHARS]
 
 

@@ -119,6 +119,20 @@ def ruler_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     return "".join(parts)
 
 
+def babilong_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """BABILong: per run, the published heatmap (accuracy by task and length, the qa1-qa5 average below)."""
+    parts = []
+    for report, label in zip(reports, labels, strict=True):
+        res = report["results"]
+        lengths = [row["length"] for row in res["lengths"]]
+        values = {(t, n): cell["accuracy"] / 100 for t, cells in res["tasks"].items() for n, cell in cells.items()}
+        values.update({("average", row["length"]): None if row["average"] is None else row["average"] / 100
+                       for row in res["lengths"]})  # fmt: skip
+        title = f"{label}: BABILong accuracy by task and length"
+        parts.append(heatmap([*res["tasks"], "average"], lengths, values, title, lambda v: f"{100 * v:.0f}"))
+    return "".join(parts)
+
+
 def longppl_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     """LongPPL: a row per document, LongPPL and perplexity per run, and the pooled row."""
     tables = [{d["id"]: d for d in r["results"]["documents"]} for r in reports]

@@ -5,6 +5,7 @@ last point; heatmap cells carry their value as text."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 
 from ...tables import format_length
@@ -88,8 +89,11 @@ def _marker_glyph(kind: str) -> str:
     return {"circle": "●", "square": "■", "triangle": "▲", "diamond": "◆", "cross": "✕"}[kind]
 
 
-def heatmap(rows: list[str], columns: list[str], values: dict[tuple[str, str], float | None], title: str) -> str:
-    """An SVG grid (rows × columns) shaded by value in [0, 1], each cell labelled with its value."""
+def heatmap(
+    rows: list[str], columns: list[str], values: dict[tuple[str, str], float | None], title: str,
+    label: Callable[[float], str] = "{:.2f}".format,
+) -> str:  # fmt: skip
+    """An SVG grid (rows × columns) shaded by value in [0, 1], each cell labelled with its value (`label`)."""
     cell_w, cell_h, left, top = 64, 26, 70, 40
     width, height = left + cell_w * len(columns) + 10, top + cell_h * len(rows) + 10
     out = [f'<svg class="heatmap" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
@@ -107,7 +111,7 @@ def heatmap(rows: list[str], columns: list[str], values: dict[tuple[str, str], f
             x = left + j * cell_w
             shade = "#ddd" if value is None else _shade(value)
             ink = "#000" if value is None or value > 0.45 else "#fff"
-            text = "" if value is None else f"{value:.2f}"
+            text = "" if value is None else label(value)
             out.append(f'<g class="cell" data-row="{escape(row)}" data-col="{escape(col)}">'
                        f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{shade}"/>'
                        f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + 17}" text-anchor="middle" fill="{ink}">{text}'

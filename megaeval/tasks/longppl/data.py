@@ -1,4 +1,4 @@
-"""LongPPL's inputs: documents (one per row or file, read as `prep-books` reads books) and the key-token file.
+"""LongPPL's key-token file (its documents are read by `tasks.data.read_documents`, as `prep-books` reads books).
 
 The key-token file holds each document's key-token character spans as an evaluator found them, with the evaluator's
 identity and the settings, so that a large evaluator runs once (`longppl --save-key-tokens`) and its spans are reused
@@ -7,59 +7,20 @@ identity and the settings, so that a large evaluator runs once (`longppl --save-
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...data_prep.book_sources import open_source, read_book
 from ...errors import fail
 from ...files import file_sha256
 from ...metrics.longppl import DEFAULT_SETTINGS, KeySettings
+from ..data import Document
 
 KEY_FILE_KIND = "megaeval-longppl-key-tokens"
 KEY_FILE_SCHEMA = 1
 SETTING_NAMES = tuple(DEFAULT_SETTINGS)  # trunc_len, sliding_window, alpha, beta
 REMAKE = "make it again with `megaeval longppl --evaluator E --data D --save-key-tokens F`"
-
-
-@dataclass
-class Document:
-    """One document: its id (file path or source row), text and the sha256 of its UTF-8 bytes."""
-
-    id: str
-    text: str
-    sha256: str
-
-
-def text_sha256(text: str) -> str:
-    """The checksum documents (and a books stream's books) are matched by."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def read_documents(sources: list[str], text_field: str = "text") -> tuple[list[Document], list[dict[str, Any]]]:
-    """The documents of `sources` in order (folders of .txt, .jsonl/.parquet rows, saved datasets, `hub:NAME[:SPLIT]`)
-    and what each source was (path, kind, checksum); an empty document is refused."""
-    if not sources:
-        raise fail("no --data given", "pass --data with a folder of .txt files, a .jsonl/.parquet file or hub:NAME")
-    documents, described = [], []
-    for index, src in enumerate(sources):
-        source = open_source(src.removeprefix("hub:"), text_field)
-        for book_id, _, path, text in source.tasks(index, text_field):
-            if path is not None:
-                _, text = read_book(Path(path))
-            if not text or text.isspace():
-                raise fail(f"document {book_id} of {src} is empty", "remove it from the data: it has no tokens")
-            documents.append(Document(book_id, text, text_sha256(text)))
-        described.append({"path": src, "kind": source.kind, "documents": source.count,
-                          "sha256": source.sha256 or _files_checksum(source)})  # fmt: skip
-    return documents, described
-
-
-def _files_checksum(source: Any) -> str:
-    return hashlib.sha256("".join(f"{file_sha256(p)}  {i}\n" for i, p in source.files).encode()).hexdigest()
 
 
 def key_file(

@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from importlib import resources
 from pathlib import Path
 from random import Random
 
 from ...data_prep.book_sources import folder_books, read_book
 from ...errors import fail
+from ..data import shipped_books
 
 # RULER's depths for the needles it does not ask about: round(linspace(0, 100, 40)), as niah.py computes them.
 RULER_DEPTHS = tuple(round(i * 100 / 39) for i in range(40))
@@ -92,9 +92,7 @@ def split_sentences(text: str) -> list[str]:
 def haystack_folder(haystack: str | None) -> Path:
     """The folder of haystack books: --haystack, else those shipped with megaeval (Jane Austen's six novels, public
     domain)."""
-    if haystack:
-        return Path(haystack)
-    return Path(str(resources.files("megaeval.data_prep").joinpath("corpora", "austen")))
+    return Path(haystack) if haystack else shipped_books()
 
 
 def book_files(folder: Path) -> list[Path]:

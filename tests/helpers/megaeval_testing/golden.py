@@ -55,6 +55,9 @@ RUNS: list[tuple[str, str]] = [
               "--samples ruler.jsonl --dtype float64"),
     ("ruler-prepare", "ruler --tasks niah_single_1,vt --lengths 1K --num-samples 2 --prepare-only --write-data rdata "
                       "--no-progress"),
+    ("babilong", "babilong --model embedded:megalodon-tiny --data {repo}/tests/fixtures/babilong/frozen --tasks qa1,qa4 "
+                 "--lengths 0k,1k --no-progress --out babilong.json --samples babilong.jsonl --write-predictions "
+                 "bpreds --dtype float64"),
     ("longppl", "longppl --model embedded:mamba2-tiny --evaluator embedded:megalodon-tiny --data docs --trunc-len 64 "
                 "--sliding-window 32 --alpha 0.3 --beta -3 --save-key-tokens keys.json --samples longppl.jsonl "
                 "--out longppl.json --no-progress --dtype float64"),
@@ -62,9 +65,13 @@ RUNS: list[tuple[str, str]] = [
 OUTPUTS = ["stream/manifest.json", "sweep.json", "scrolls.json", "scrolls.jsonl", "academic.json", "academic.jsonl",
            "mmlu.json", "mmlu.jsonl", "needle.json", "needle.jsonl", "ruler.json", "ruler.jsonl",
            "rdata/1024/niah_single_1/validation.jsonl", "rdata/1024/vt/validation.jsonl", "longppl.json",
-           "longppl.jsonl", "keys.json"]
-REPORTS = ["sweep.json", "scrolls.json", "academic.json", "mmlu.json", "needle.json", "ruler.json", "longppl.json"]
-SAMPLE_FILES = ["scrolls.jsonl", "academic.jsonl", "mmlu.jsonl", "needle.jsonl", "ruler.jsonl", "longppl.jsonl"]
+           "longppl.jsonl", "keys.json", "babilong.json", "babilong.jsonl",
+           "bpreds/qa4_1k_instruction_yes_examples_yes_post_prompt_yes_chat_template_no_system_prompt_no.csv",
+           "bpreds/qa4_1k_instruction_yes_examples_yes_post_prompt_yes_chat_template_no_system_prompt_no.json"]
+REPORTS = ["sweep.json", "scrolls.json", "academic.json", "mmlu.json", "needle.json", "ruler.json", "longppl.json",
+           "babilong.json"]
+SAMPLE_FILES = ["scrolls.jsonl", "academic.jsonl", "mmlu.jsonl", "needle.jsonl", "ruler.jsonl", "longppl.jsonl",
+                "babilong.jsonl"]
 # fmt: on
 
 
@@ -89,6 +96,7 @@ def report_runs(norm: Path) -> list[tuple[str, str]]:
     runs.append(("report-html", f"report {reports} {samples} --format html --out page.html"))
     runs.append(("plot-ppl", f"plot {norm.name}/sweep.json --out ppl.png --position-curve"))
     runs.append(("plot-needle", f"plot {norm.name}/needle.json --out needle.png"))
+    runs.append(("plot-babilong", f"plot {norm.name}/babilong.json --out babilong.png"))
     return runs
 
 
@@ -125,10 +133,13 @@ def without_repo(text: str) -> str:
 def normalize_file(path: Path) -> bytes:
     """A written output, comparable: JSON normalized (its layout kept as the file had it), the repo path blanked."""
     text = without_repo(path.read_text(encoding="utf-8"))
+    if path.suffix == ".csv":
+        return text.encode()
     if path.suffix == ".jsonl":
         return "".join(json.dumps(normalize_json(json.loads(line)), ensure_ascii=False) + "\n"
                        for line in text.splitlines() if line.strip()).encode()  # fmt: skip
-    indent = 1 if text.startswith("{\n ") and not text.startswith("{\n  ") else 2
+    second = text.split("\n")[1] if "\n" in text else ""
+    indent = len(second) - len(second.lstrip(" ")) or None
     return (json.dumps(normalize_json(json.loads(text)), indent=indent, ensure_ascii=False) + "\n").encode()
 
 

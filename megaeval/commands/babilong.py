@@ -1,0 +1,269 @@
+"""`megaeval babilong`: BABILong (Kuratov et al., 2024) as booydar/babilong runs it, on the published sets from 0k to
+10M tokens: the 20 bAbI tasks' facts hidden in book text, each instance answered greedily and scored by the
+official rule.
+
+Every (task, length, instance) is one unit of the run skeleton: its prompt (the task's instruction, examples and
+post-prompt, then the instance's context and question: `tasks.babilong.prompts`; one user turn of the model's chat
+template with --chat-template, as the official Hugging Face path renders it) read and answered with 20 greedy
+tokens, the answer stripped and scored (`metrics.babilong`). Instances of one (task, length) are decoded together;
+with the shared schedule (state-carrying models) the prompt text they all start with is read once. A fixed-context
+model whose context is shorter than an instance is refused: BABILong never truncates. `--predictions` scores the
+official prediction files without a model, `--prepare-only` writes instances made by BABILong's generator (both in
+`commands.babilong_files`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..console import note_line
+from ..distributed import group_max
+from ..errors import fail
+from ..files import check_writable
+from ..metrics.babilong import compare_answers
+from ..models.base import StreamingLM
+from ..runs import Run, RunSettings, open_run
+from ..runs.memory import PeakMemory
+from ..runs.samples import prompt_ends
+from ..scoring.bos import resolve_bos
+from ..scoring.chat import ChatFlags, select_template
+from ..scoring.generate import generate_branches, parse_batch_size, read_rate, rows_per_batch
+from ..scoring.requests import bos_policy, prompt_encoder
+from ..tables import format_duration
+from ..tasks.babilong.data import HUB, read_instances
+from ..tasks.babilong.prompts import PromptParts, format_prompt
+from ..tasks.babilong.results import babilong_results
+from ..tasks.babilong.spec import length_tokens, load_babilong_task, parse_lengths
+from ..tasks.specs import parse_tasks, spec_sha256
+from .babilong_files import read_manifest
+
+DEFAULT_TASKS = "qa1,qa2,qa3,qa4,qa5"
+DEFAULT_LENGTHS = "0k,1k,2k,4k,8k,16k,32k,64k,128k"
+SCHEDULES = ("auto", "shared", "naive")
+MEMORY, STATE, SECONDS = "peak_memory_bytes", "state_bytes", "seconds"  # per instance, in the per-length rows only
+MEASURED = (MEMORY, STATE, SECONDS)
+
+
+@dataclass(kw_only=True)
+class BabilongSettings(ChatFlags, RunSettings):
+    """Every flag of `megaeval babilong`, defaults included (the published setting: qa1-qa5, every prompt part)."""
+
+    data: str | None = None  # the sets: a folder in one of their layouts, or hub:NAME
+    tasks: str = DEFAULT_TASKS
+    lengths: str | list[str] = DEFAULT_LENGTHS
+    num_samples: int | None = None  # the first N instances of each task and length (None: all)
+    instruction: bool = True
+    examples: bool = True
+    post_prompt: bool = True
+    predictions: str | None = None  # score these official prediction files, no model
+    write_predictions: str | None = None  # write the answers as the official prediction files
+    prepare_only: bool = False  # write generated instances (--write-data), no model
+    write_data: str | None = None
+    babi: str | None = None  # the bAbI tasks (tasks_1-20_v1-2 layout)
+    babi_split: str = "test"
+    background: list[str] = field(default_factory=list)  # background books; none: the shipped public-domain ones
+    text_field: str = "text"
+    length_tokenizer: str = "gpt2"
+    clean_up_spaces: bool = True
+    seed: int = 42
+    bos: str = "auto"
+    schedule: str = "auto"
+    batch_size: str | int = "auto"
+    include_path: list[str] = field(default_factory=list)
+    out: str = "reports/babilong.json"
+    samples: str | None = None
+    task_names: list[str] = field(default_factory=list)
+
+    OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "write_data", "write_predictions",
+                                               "batch_size")  # fmt: skip
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.bos = bos_policy(self.bos)
+        self.check_chat()
+        self.batch_size = parse_batch_size(self.batch_size)
+        self.lengths = parse_lengths(self.lengths)
+        self.task_names = parse_tasks(self.tasks, "babilong", self.include_path)
+        if self.system_instruction:
+            raise fail("--system-instruction: BABILong's official Hugging Face path renders the prompt as the only "
+                       "turn and drops any system prompt", "drop --system-instruction")  # fmt: skip
+        if self.num_samples is not None and self.num_samples < 1:
+            raise fail(f"--num-samples must be at least 1, got {self.num_samples}")
+        if self.seed < 1:
+            raise fail(f"--seed must be at least 1, got {self.seed} (BABILong's noise injector ignores a seed of 0)")
+        if self.schedule not in SCHEDULES:
+            raise fail(f"unknown --schedule {self.schedule!r}", f"use {', '.join(SCHEDULES)}")
+        if self.babi_split not in ("test", "train"):
+            raise fail(f"--babi-split {self.babi_split!r}: bAbI's splits are test and train", "pass test or train")
+        modes = [flag for flag, on in (("--data", self.data), ("--predictions", self.predictions),
+                                       ("--prepare-only", self.prepare_only)) if on]  # fmt: skip
+        if len(modes) != 1:
+            given = ", ".join(modes) or "none"
+            raise fail(f"pass exactly one of --data, --predictions and --prepare-only (given: {given})",
+                       "--data DIR runs a model on the sets, --predictions DIR scores prediction files, "
+                       "--prepare-only --write-data DIR --babi DIR writes instances")  # fmt: skip
+        if self.prepare_only and not (self.write_data and self.babi):
+            raise fail("--prepare-only writes generated instances", "pass --write-data DIR and --babi DIR")
+        if not self.prepare_only and (self.write_data or self.babi or self.background):
+            raise fail("--write-data, --babi and --background build instances", "use them with --prepare-only")
+        if self.data and not self.data.startswith(HUB) and not Path(self.data).is_dir():
+            raise fail(f"--data {self.data}: no such folder", "pass a folder of BABILong's sets, or hub:NAME")
+
+    @property
+    def parts(self) -> PromptParts:
+        """The prompt parts in use, and whether a chat template renders the prompt."""
+        return PromptParts(self.instruction, self.examples, self.post_prompt, self.chat.on)
+
+
+def run_babilong(settings: BabilongSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
+    """Run the model on every task and length (or, with --predictions, score prediction files); write and return
+    the report (rank 0; None on the other ranks)."""
+    specs = {name: load_babilong_task(name, settings.include_path) for name in settings.task_names}
+    if settings.predictions is not None:
+        from .babilong_files import score_predictions
+
+        return score_predictions(settings, specs)
+    data = data_facts(settings, specs)
+
+    def check(lm: StreamingLM) -> dict[str, Any]:
+        return check_model(lm, settings)
+
+    if settings.write_predictions:
+        if (
+            not settings.data.startswith(HUB)
+            and Path(settings.write_predictions).resolve() == Path(settings.data).resolve()
+        ):
+            raise fail("--write-predictions is the --data folder", "write the predictions to a folder of their own")
+        first = Path(settings.write_predictions) / f"{settings.task_names[0]}_{settings.lengths[0]}.csv"
+        check_writable(first, "--write-predictions")  # before any work, not after it
+    reads = [settings.data if not settings.data.startswith(HUB) else None]
+    with open_run("babilong", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
+                  on_unit=on_unit) as run:  # fmt: skip
+        return _evaluate(run, settings, specs, data)
+
+
+def data_facts(settings: BabilongSettings, specs: dict[str, dict]) -> dict[str, Any]:
+    """Where each (task, length)'s instances come from (checksums, or the hub's fingerprint): in the report, and
+    what a resumed run must find again."""
+    sets = {f"{t}/{n}": read_instances(settings.data, t, n).source for t in specs for n in settings.lengths}
+    tasks = {name: {"sha256": spec_sha256("babilong", name, settings.include_path)} for name in specs}
+    generated = None if settings.data.startswith(HUB) else read_manifest(settings.data)
+    return {"data": settings.data, "sets": sets, "tasks": tasks, "prompt_name": settings.parts.name,
+            "generated": generated}  # fmt: skip
+
+
+def check_model(lm: StreamingLM, settings: BabilongSettings) -> dict[str, Any]:
+    """Refuse lengths a fixed-context model cannot read (before any work) and a chat template the tokenizer lacks;
+    what the run records: BOS and template."""
+    if lm.max_context is not None:
+        longest = max(settings.lengths, key=length_tokens)
+        if length_tokens(longest) > lm.max_context:
+            raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
+                       f"{longest} ({length_tokens(longest):,} tokens); BABILong never truncates",
+                       "use shorter --lengths, or a state-carrying model")  # fmt: skip
+    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    # the official path: the tokenizer's special tokens around a plain prompt; only the template's text around a
+    # rendered one (apply_chat_template tokenizes without special tokens)
+    bos = resolve_bos(lm, settings.bos) if template is None else settings.bos == "always"
+    return {"bos_effective": bos, "chat_template_effective": template and template.facts()}
+
+
+def _evaluate(run: Run, settings: BabilongSettings, specs: dict[str, dict], data: dict) -> dict[str, Any] | None:
+    lm = run.lm
+    chosen = check_model(lm, settings)
+    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    encode = prompt_encoder(lm, chosen["bos_effective"], settings.chat, template)
+    shared = settings.schedule == "shared" or (settings.schedule == "auto" and lm.max_context is None)
+    meter = PeakMemory(lm.device)
+    sets = {(t, n): read_instances(settings.data, t, n) for t in specs for n in settings.lengths}
+    counts = {}
+    for key, instances in sets.items():  # each set read once to count it, then dropped: at most one is held
+        counts[key] = len(instances) if settings.num_samples is None else min(settings.num_samples, len(instances))
+        instances.release()
+
+    def held(task: str, length: str) -> Any:
+        for key, instances in sets.items():
+            if key != (task, length):
+                instances.release()
+        return sets[task, length]
+
+    def compute_batch(batch: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+        records = []
+        for task, length in dict.fromkeys((t, n) for t, n, _ in batch):
+            spec, indices = specs[task], [i for t, n, i in batch if (t, n) == (task, length)]
+            instances = [held(task, length)[i] for i in indices]
+            prompts = [encode(format_prompt(spec, x["input"], x["question"], settings.parts), "") for x in instances]
+            for (ids, _, _), i in zip(prompts, indices, strict=True):
+                if lm.max_context is not None and len(ids) + spec["max_new_tokens"] > lm.max_context:
+                    raise fail(f"{task} at {length}, instance {i}: its prompt is {len(ids):,} tokens, and with "
+                               f"{spec['max_new_tokens']} new ones it passes {lm.spec}'s max_context "
+                               f"{lm.max_context:,}; BABILong never truncates", "use shorter --lengths")  # fmt: skip
+            sizes: list[int] = []
+            meter.reset()
+            start = time.perf_counter()
+            answers, _ = generate_branches(lm, [ids for ids, _, _ in prompts], lm.init_state(1),
+                                           spec["max_new_tokens"], [], shared,
+                                           lambda s, sizes=sizes: sizes.append(s.nbytes()), size)  # fmt: skip
+            seconds = (time.perf_counter() - start) / len(indices)
+            measured = {MEMORY: group_max(run.ctx.chunk, meter.peak()), STATE: group_max(run.ctx.chunk, max(sizes)),
+                        SECONDS: seconds}  # fmt: skip
+            for i, x, (ids, text, _), answer in zip(indices, instances, prompts, answers, strict=True):
+                output = answer.text.strip()
+                records.append({
+                    "task": task, "length": length, "id": f"{length}/{i}", "sample": i, "target": x["target"],
+                    "question": x["question"], "prediction": output,
+                    "correct": compare_answers(x["target"], output, x["question"], spec["labels"]),
+                    "prompt_tokens": len(ids), "stop_reason": answer.stop_reason, **prompt_ends(text), **measured,
+                })  # fmt: skip
+        return records
+
+    size = rows_per_batch(lm, settings.batch_size, max(length_tokens(n) for n in settings.lengths) or 1)
+    units = [(t, n, i) for t in specs for n in settings.lengths for i in range(counts[t, n])]
+    announce_cost(run, units)
+    records = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
+                      weight=lambda u: length_tokens(u[1]) + 300, describe=lambda u: f"{u[0]} {u[1]}", batch=size,
+                      compute_batch=compute_batch)  # fmt: skip
+    if records is None:
+        return None
+    results = babilong_results(records, list(specs), settings.lengths)
+    for row in results["lengths"]:
+        mine = [r for r in records if r["length"] == row["length"]]
+        row.update({key: max((r[key] for r in mine), default=None) for key in (MEMORY, STATE)},
+                   peak_memory_method=meter.method)  # fmt: skip
+        seconds = sum(r[SECONDS] for r in mine)
+        row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / seconds if seconds > 0 else None
+    if settings.write_predictions:
+        from .babilong_files import write_all
+
+        write_all(settings, specs, records, lm)
+    samples = [{**{k: v for k, v in r.items() if k not in MEASURED}, "score": float(r["correct"])} for r in records]
+    effective = {**chosen, "schedule_effective": "shared" if shared else "naive", "batch_size_effective": size,
+                 "prompt_name": settings.parts.name}  # fmt: skip
+    return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
+
+
+def announce_cost(run: Run, units: list[tuple[str, str, int]]) -> None:
+    """With the progress bar, before the work starts, one line on stderr: the instances still to run, about how
+    many prompt tokens they hold (their lengths' tokens and the prompt), and the time at the model's read rate now
+    (every rank reads, so that ranks sharing one model under --chunk-parallel stay in step)."""
+    if not run.progress:
+        return
+    rate = read_rate(run.lm, min(4096, run.lm.max_context or 4096))
+    if not run.ctx.is_main or run.journal is None:
+        return
+    todo = [u for u in units if list(u) not in run.journal]
+    tokens = sum(length_tokens(n) + 300 for _, n, _ in todo)
+    note_line(f"babilong: {len(todo):,} of {len(units):,} instances to run, about {tokens:,} prompt tokens to read: "
+              f"about {format_duration(tokens / rate / run.ctx.num_groups)} at {rate:,.0f} tokens/s per model copy "
+              "(a 4K read, timed now)")  # fmt: skip
+
+
+def babilong_summary(report: dict[str, Any]) -> str:
+    """BABILong's task x length table of a report (what the command prints)."""
+    from ..tables import report_label
+    from .report.kinds import babilong_tables
+
+    return babilong_tables([report], [report_label(report, "babilong")])
