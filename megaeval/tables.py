@@ -51,12 +51,14 @@ def render_table(header: list[str], rows: list[list[str]], fmt: str, title: str 
     if fmt == "table":
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=title)
+        # every name and value as literal text: a model `mamba[v1]` or a task `[red]x` is printed as it is written
+        table = Table(title=None if title is None else Text(title))
         for i, h in enumerate(header):
-            table.add_column(h, justify="left" if i == 0 else "right")
+            table.add_column(Text(h), justify="left" if i == 0 else "right")
         for r in rows:
-            table.add_row(*r)
+            table.add_row(*(Text(c) for c in r))
         # Wide enough never to wrap a cell: a table must read the same in any terminal and any checkout path.
         width = max(80, sum(max(len(h), *(len(r[i]) for r in rows), 0) + 3 for i, h in enumerate(header)) + 1)
         console = Console(file=io.StringIO(), width=width, force_terminal=False)
@@ -95,12 +97,13 @@ def render_rows(title: str, rows: list[tuple[str, str]]) -> str:
     """(label, value) rows as a boxed two-column table, as wide as its content whatever the terminal."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, show_header=False)
+    table = Table(title=Text(title), show_header=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(no_wrap=True)
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(Text(key), Text(value))
     width = max(len(k) for k, _ in rows) + max(len(v) for _, v in rows) + 7
     console = Console(file=io.StringIO(), width=max(width, len(title)), force_terminal=False)
     console.print(table)

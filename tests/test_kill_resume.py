@@ -65,12 +65,12 @@ FAST = {
     ),
     "needle": Job(
         "needle",
-        "needle --model {ckpt} --task passkey,niah_single_2 --lengths 512,1K --depths 0,50,100 --samples-per-cell 2 "
+        "needle --model {ckpt} --task passkey,niah_single_2 --lengths 512,1K --depths 0,50,100 --samples-per-cell 1 "
         "--max-new-tokens 4 --no-progress --out {out} --samples {samples}",
     ),
     "ruler": Job(
         "ruler",
-        "ruler --model {ckpt} --tasks niah_single_1,fwe --lengths 1K,2K --num-samples 3 --batch-size 2 "
+        "ruler --model {ckpt} --tasks niah_single_1,fwe --lengths 1K,2K --num-samples 2 --batch-size 2 "
         "--no-progress --out {out} --samples {samples}",
     ),
     "babilong": Job(

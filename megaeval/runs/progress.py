@@ -18,7 +18,7 @@ class ProgressBar:
 
         self.unit = unit
         self._bar = Progress(
-            TextColumn(f"{label} {{task.description:>13}}"), BarColumn(),
+            TextColumn(f"{label} {{task.description:>13}}", markup=False), BarColumn(),
             TextColumn(f"{{task.completed:,}}/{{task.total:,}} {unit}"), _rate_column(unit), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled,
         )  # fmt: skip

@@ -50,7 +50,7 @@ def test_plot_errors(tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema_version": 1, "command": "scrolls", "results": {}}))
     bad = runner.invoke(app, ["plot", str(other), "--out", str(tmp_path / "x.png")])
-    assert bad.exit_code == 2 and "plot draws ppl-sweep, needle or ruler reports" in bad.stderr
+    assert bad.exit_code == 2 and "plot draws ppl-sweep, needle, ruler or babilong reports" in bad.stderr
 
 
 def test_longppl_is_drawn_from_the_reports_key_token_numbers(tmp_path, monkeypatch):

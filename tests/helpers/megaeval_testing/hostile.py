@@ -52,11 +52,17 @@ import numpy, torch
 with torch.device("meta"):
     torch.nn.Embedding(8, 4)
 for _name in ("typer", "click", "rich.console", "rich.progress", "rich.table", "sentencepiece", "yaml", "triton",
-              "triton.language"):
+              "triton.language", "pyarrow.parquet", "pandas", "datasets"):
     try:
         __import__(_name)
     except Exception:
         pass
+try:  # transformers loads its model and tokenizer classes lazily: ~4 s a child would pay
+    import transformers
+    for _attr in ("AutoConfig", "AutoTokenizer", "PreTrainedModel", "PreTrainedTokenizerFast", "LlamaForCausalLM"):
+        getattr(transformers, _attr)
+except Exception:
+    pass
 assert not any(m == "megaeval" or m.startswith("megaeval.") for m in sys.modules), "megaeval imported early"
 
 CTL_IN, CTL_OUT = int(sys.argv[1]), int(sys.argv[2])

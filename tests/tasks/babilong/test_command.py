@@ -28,7 +28,7 @@ def oracle(tmp_path, answer=lambda r: f"The answer is {r['target']}."):
     pairs = []
     for task in TASKS:
         spec = load_babilong_task(task)
-        for length in ("0k", "1k", "4k"):
+        for length in ("0k", "1k"):
             for r in json.loads((FROZEN / task / f"{length}.json").read_text()):
                 pairs.append((format_prompt(spec, r["input"], r["question"]), answer(r)[:20]))
     return str(save_oracle(tmp_path / "oracle", answers=pairs))
@@ -36,18 +36,18 @@ def oracle(tmp_path, answer=lambda r: f"The answer is {r['target']}."):
 
 def test_a_model_given_the_answers_scores_100_and_one_answering_wrong_0(tmp_path):
     right = run_babilong(BabilongSettings(model=oracle(tmp_path, lambda r: f"{r['target']}."), data=str(FROZEN),
-                                          lengths="0k,1k,4k", out=str(tmp_path / "r.json"),
+                                          lengths="0k,1k", out=str(tmp_path / "r.json"),
                                           samples=str(tmp_path / "s.jsonl")), progress=False)  # fmt: skip
     assert {t: {n: c["accuracy"] for n, c in v.items()} for t, v in right["results"]["tasks"].items()} == {
-        t: {"0k": 100.0, "1k": 100.0, "4k": 100.0} for t in TASKS}  # fmt: skip
-    assert [row["average"] for row in right["results"]["lengths"]] == [100.0, 100.0, 100.0]
+        t: {"0k": 100.0, "1k": 100.0} for t in TASKS}  # fmt: skip
+    assert [row["average"] for row in right["results"]["lengths"]] == [100.0, 100.0]
     assert (
         right["settings"]["prompt_name"]
         == "instruction_yes_examples_yes_post_prompt_yes_chat_template_no_system_prompt_no"
     )
     assert right["data"]["generated"]["seed"] == 42 and right["data"]["sets"]["qa1/0k"]["sha256"]
     samples = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
-    assert len(samples) == 5 * 3 * 2 and all(s["score"] == 1.0 and s["correct"] for s in samples)
+    assert len(samples) == 5 * 2 * 2 and all(s["score"] == 1.0 and s["correct"] for s in samples)
     assert {"task", "length", "id", "target", "question", "prediction", "prompt_head", "prompt_tail"} <= set(samples[0])
     rows = right["results"]["lengths"]
     assert all(r["peak_memory_bytes"] > 0 and r["tokens_per_second"] > 0 and r["state_bytes"] == 0 for r in rows)
@@ -77,15 +77,15 @@ def test_batch_sizes_and_schedules_change_no_answer(tmp_path, model):
 
 def test_the_command_prints_the_task_by_length_table(tmp_path):
     result = CliRunner().invoke(app, ["babilong", "--model", oracle(tmp_path, lambda r: r["target"]), "--data",
-                                      str(FROZEN), "--lengths", "0k,1k", "--no-progress", "--out",
+                                      str(FROZEN), "--lengths", "0k", "--no-progress", "--out",
                                       str(tmp_path / "r.json")])  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("│")]
     assert [line.split("│")[1].strip() for line in lines] == [*TASKS, "average"]
     assert all(line.split("│")[2].strip() == "100.0" for line in lines)
     table = CliRunner().invoke(app, ["report", str(tmp_path / "r.json"), "--format", "csv"])
-    assert table.output.splitlines()[0] == "model,task,0k,1k" and table.output.splitlines()[-1].endswith(
-        ",average,100.0,100.0"
+    assert table.output.splitlines()[0] == "model,task,0k" and table.output.splitlines()[-1].endswith(
+        ",average,100.0"
     )
 
 
