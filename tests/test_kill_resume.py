@@ -50,7 +50,7 @@ class Job:
 FAST = {
     "ppl-sweep": Job(
         "ppl-sweep",
-        "ppl-sweep --model {ckpt} --stream {stream} --lengths 16,32 --tokens 1024 "
+        "ppl-sweep --model {ckpt} --stream {stream} --lengths 16,32 --tokens 512 "
         "--batch-size 1 --no-progress --out {out}",
     ),
     "scrolls": Job(

@@ -84,9 +84,7 @@ def test_the_command_prints_the_task_by_length_table(tmp_path):
     assert [line.split("│")[1].strip() for line in lines] == [*TASKS, "average"]
     assert all(line.split("│")[2].strip() == "100.0" for line in lines)
     table = CliRunner().invoke(app, ["report", str(tmp_path / "r.json"), "--format", "csv"])
-    assert table.output.splitlines()[0] == "model,task,0k" and table.output.splitlines()[-1].endswith(
-        ",average,100.0"
-    )
+    assert table.output.splitlines()[0] == "model,task,0k" and table.output.splitlines()[-1].endswith(",average,100.0")
 
 
 @pytest.mark.parametrize(("flags", "message"), [
