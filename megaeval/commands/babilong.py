@@ -14,23 +14,22 @@ official prediction files without a model, `--prepare-only` writes instances mad
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..console import note_line
-from ..distributed import group_max
 from ..errors import fail
 from ..files import check_writable
 from ..metrics.babilong import compare_answers
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
+from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
 from ..scoring.bos import resolve_bos
 from ..scoring.chat import ChatFlags, select_template
-from ..scoring.generate import generate_branches, parse_batch_size, read_rate, rows_per_batch
+from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, prompt_encoder
 from ..tables import format_duration
 from ..tasks.babilong.data import HUB, read_instances
@@ -43,8 +42,6 @@ from .babilong_files import read_manifest
 DEFAULT_TASKS = "qa1,qa2,qa3,qa4,qa5"
 DEFAULT_LENGTHS = "0k,1k,2k,4k,8k,16k,32k,64k,128k"
 SCHEDULES = ("auto", "shared", "naive")
-MEMORY, STATE, SECONDS = "peak_memory_bytes", "state_bytes", "seconds"  # per instance, in the per-length rows only
-MEASURED = (MEMORY, STATE, SECONDS)
 
 
 @dataclass(kw_only=True)
@@ -126,7 +123,8 @@ def run_babilong(settings: BabilongSettings, progress: bool = True, on_unit=None
         from .babilong_files import score_predictions
 
         return score_predictions(settings, specs)
-    data = data_facts(settings, specs)
+    sets = {(t, n): read_instances(settings.data, t, n) for t in specs for n in settings.lengths}
+    data = data_facts(settings, specs, sets)
 
     def check(lm: StreamingLM) -> dict[str, Any]:
         return check_model(lm, settings)
@@ -142,16 +140,16 @@ def run_babilong(settings: BabilongSettings, progress: bool = True, on_unit=None
     reads = [settings.data if not settings.data.startswith(HUB) else None]
     with open_run("babilong", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
                   on_unit=on_unit) as run:  # fmt: skip
-        return _evaluate(run, settings, specs, data)
+        return _evaluate(run, settings, specs, sets, data)
 
 
-def data_facts(settings: BabilongSettings, specs: dict[str, dict]) -> dict[str, Any]:
+def data_facts(settings: BabilongSettings, specs: dict[str, dict], sets: dict[tuple[str, str], Any]) -> dict[str, Any]:
     """Where each (task, length)'s instances come from (checksums, or the hub's fingerprint): in the report, and
     what a resumed run must find again."""
-    sets = {f"{t}/{n}": read_instances(settings.data, t, n).source for t in specs for n in settings.lengths}
+    sources = {f"{t}/{n}": instances.source for (t, n), instances in sets.items()}
     tasks = {name: {"sha256": spec_sha256("babilong", name, settings.include_path)} for name in specs}
     generated = None if settings.data.startswith(HUB) else read_manifest(settings.data)
-    return {"data": settings.data, "sets": sets, "tasks": tasks, "prompt_name": settings.parts.name,
+    return {"data": settings.data, "sets": sources, "tasks": tasks, "prompt_name": settings.parts.name,
             "generated": generated}  # fmt: skip
 
 
@@ -171,14 +169,15 @@ def check_model(lm: StreamingLM, settings: BabilongSettings) -> dict[str, Any]:
     return {"bos_effective": bos, "chat_template_effective": template and template.facts()}
 
 
-def _evaluate(run: Run, settings: BabilongSettings, specs: dict[str, dict], data: dict) -> dict[str, Any] | None:
+def _evaluate(
+    run: Run, settings: BabilongSettings, specs: dict[str, dict], sets: dict[tuple[str, str], Any], data: dict
+) -> dict[str, Any] | None:  # fmt: skip
     lm = run.lm
     chosen = check_model(lm, settings)
     template = select_template(lm, settings.chat_template) if settings.chat.on else None
     encode = prompt_encoder(lm, chosen["bos_effective"], settings.chat, template)
     shared = settings.schedule == "shared" or (settings.schedule == "auto" and lm.max_context is None)
     meter = PeakMemory(lm.device)
-    sets = {(t, n): read_instances(settings.data, t, n) for t in specs for n in settings.lengths}
     counts = {}
     for key, instances in sets.items():  # each set read once to count it, then dropped: at most one is held
         counts[key] = len(instances) if settings.num_samples is None else min(settings.num_samples, len(instances))
@@ -201,15 +200,8 @@ def _evaluate(run: Run, settings: BabilongSettings, specs: dict[str, dict], data
                     raise fail(f"{task} at {length}, instance {i}: its prompt is {len(ids):,} tokens, and with "
                                f"{spec['max_new_tokens']} new ones it passes {lm.spec}'s max_context "
                                f"{lm.max_context:,}; BABILong never truncates", "use shorter --lengths")  # fmt: skip
-            sizes: list[int] = []
-            meter.reset()
-            start = time.perf_counter()
-            answers, _ = generate_branches(lm, [ids for ids, _, _ in prompts], lm.init_state(1),
-                                           spec["max_new_tokens"], [], shared,
-                                           lambda s, sizes=sizes: sizes.append(s.nbytes()), size)  # fmt: skip
-            seconds = (time.perf_counter() - start) / len(indices)
-            measured = {MEMORY: group_max(run.ctx.chunk, meter.peak()), STATE: group_max(run.ctx.chunk, max(sizes)),
-                        SECONDS: seconds}  # fmt: skip
+            answers, measured = answer_measured(run, [ids for ids, _, _ in prompts], spec["max_new_tokens"], shared,
+                                                size, meter)  # fmt: skip
             for i, x, (ids, text, _), answer in zip(indices, instances, prompts, answers, strict=True):
                 output = answer.text.strip()
                 records.append({
@@ -229,17 +221,12 @@ def _evaluate(run: Run, settings: BabilongSettings, specs: dict[str, dict], data
     if records is None:
         return None
     results = babilong_results(records, list(specs), settings.lengths)
-    for row in results["lengths"]:
-        mine = [r for r in records if r["length"] == row["length"]]
-        row.update({key: max((r[key] for r in mine), default=None) for key in (MEMORY, STATE)},
-                   peak_memory_method=meter.method)  # fmt: skip
-        seconds = sum(r[SECONDS] for r in mine)
-        row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / seconds if seconds > 0 else None
+    fold_lengths(results["lengths"], records, meter.method)
     if settings.write_predictions:
         from .babilong_files import write_all
 
         write_all(settings, specs, records, lm)
-    samples = [{**{k: v for k, v in r.items() if k not in MEASURED}, "score": float(r["correct"])} for r in records]
+    samples = [{**without_measurements(r), "score": float(r["correct"])} for r in records]
     effective = {**chosen, "schedule_effective": "shared" if shared else "naive", "batch_size_effective": size,
                  "prompt_name": settings.parts.name}  # fmt: skip
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)

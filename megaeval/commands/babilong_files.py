@@ -14,6 +14,7 @@ from ..files import check_outputs, check_writable, file_sha256, write_json_atomi
 from ..metrics.babilong import compare_answers
 from ..runs.progress import ProgressBar
 from ..runs.report import build_report, environment
+from ..runs.run import check_run_outputs
 from ..tasks.babilong.data import write_instances
 from ..tasks.babilong.predictions import prediction_file, read_predictions, write_predictions
 from ..tasks.babilong.results import babilong_results
@@ -30,10 +31,7 @@ def score_predictions(settings: Any, specs: dict[str, dict]) -> dict[str, Any]:
     if settings.model is not None or settings.model_args:
         raise fail(f"--predictions scores the prediction files in {settings.predictions} without a model, so --model "
                    "would be ignored", "drop --model and --model-args, or drop --predictions")  # fmt: skip
-    out = check_writable(settings.out, "--out")
-    check_outputs({"--out": out, "--samples": settings.samples}, [settings.predictions])
-    if settings.samples:
-        check_writable(settings.samples, "--samples")
+    out = check_run_outputs(settings, [settings.predictions])
     records, sources = [], {}
     for task, spec in specs.items():
         for length in settings.lengths:

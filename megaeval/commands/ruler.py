@@ -11,23 +11,22 @@ template with --chat-template) answered greedily with the task's token budget an
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..console import note_line
-from ..distributed import group_max
 from ..errors import fail
 from ..files import file_sha256
 from ..metrics.needle import needle_score
 from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
+from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
 from ..scoring.chat import ChatFlags, select_template
-from ..scoring.generate import generate_branches, parse_batch_size, read_rate, rows_per_batch
+from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_duration, format_length
@@ -37,10 +36,6 @@ from ..tasks.ruler.spec import load_ruler_task
 from ..tasks.specs import parse_tasks, spec_sha256
 
 DEFAULT_RULER_LENGTHS = "4K,8K,16K,32K,64K,128K"
-MEMORY = "peak_memory_bytes"  # per instance: the peak while its batch was read and answered
-STATE = "state_bytes"  # per instance: the largest model state after a prompt of its batch (a KV cache, its shard)
-SECONDS = "seconds"  # per instance: its share of its batch's time
-MEASURED = (MEMORY, STATE, SECONDS)  # in the report's per-length rows (with tokens_per_second), not in samples
 
 
 @dataclass(kw_only=True)
@@ -185,15 +180,8 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
         for task, length in dict.fromkeys((t, n) for t, n, _ in batch):
             spec, chosen = specs[task], [i for t, n, i in batch if (t, n) == (task, length)]
             prompts = [encode(r["input"], r["answer_prefix"]) for r in (instances(task, length)[i] for i in chosen)]
-            states: list[int] = []
-            meter.reset()
-            start = time.perf_counter()
-            answers, _ = generate_branches(lm, [ids for ids, _, _ in prompts], lm.init_state(1),
-                                           spec["tokens_to_generate"], [], False,
-                                           lambda state, sizes=states: sizes.append(state.nbytes()), size)  # fmt: skip
-            seconds = (time.perf_counter() - start) / len(chosen)
-            measured = {MEMORY: group_max(run.ctx.chunk, meter.peak()), STATE: group_max(run.ctx.chunk, max(states)),
-                        SECONDS: seconds}  # fmt: skip
+            answers, measured = answer_measured(run, [ids for ids, _, _ in prompts], spec["tokens_to_generate"],
+                                                False, size, meter)  # fmt: skip
             for i, (ids, text, _), answer in zip(chosen, prompts, answers, strict=True):
                 record = instances(task, length)[i]
                 records.append({
@@ -215,11 +203,8 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
     if records is None:
         return None
     results = ruler_results(records, {t: s["metric"] for t, s in specs.items()}, settings.threshold)
-    for row in results["lengths"]:
-        mine = [r for r in records if r["length"] == row["length"]]
-        row.update({key: max(r[key] for r in mine) for key in (MEMORY, STATE)}, peak_memory_method=meter.method)
-        row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / max(sum(r[SECONDS] for r in mine), 1e-9)
-    samples = [{k: v for k, v in r.items() if k not in MEASURED} for r in records]  # no measurements
+    fold_lengths(results["lengths"], records, meter.method)
+    samples = [without_measurements(r) for r in records]
     effective = {**chosen, "chat_template_effective": template and template.facts(), "batch_size_effective": size}
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
 
