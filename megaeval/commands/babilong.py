@@ -104,10 +104,28 @@ class BabilongSettings(ChatFlags, RunSettings):
                        "--prepare-only --write-data DIR --babi DIR writes instances")  # fmt: skip
         if self.prepare_only and not (self.write_data and self.babi):
             raise fail("--prepare-only writes generated instances", "pass --write-data DIR and --babi DIR")
-        if not self.prepare_only and (self.write_data or self.babi or self.background):
-            raise fail("--write-data, --babi and --background build instances", "use them with --prepare-only")
+        self.check_modes()
         if self.data and not self.data.startswith(HUB) and not Path(self.data).is_dir():
             raise fail(f"--data {self.data}: no such folder", "pass a folder of BABILong's sets, or hub:NAME")
+
+    # flag -> (its default, the modes it applies to): one table, checked once
+    MODES: ClassVar[dict[str, tuple[Any, tuple[str, ...]]]] = {
+        **{name: (default, ("--prepare-only",)) for name, default in (
+            ("write_data", None), ("babi", None), ("background", []), ("babi_split", "test"), ("text_field", "text"),
+            ("length_tokenizer", "gpt2"), ("clean_up_spaces", True), ("seed", 42))},
+        **{name: (default, ("--data",)) for name, default in (
+            ("model", None), ("write_predictions", None), ("schedule", "auto"), ("batch_size", "auto"))},
+        "samples": (None, ("--data", "--predictions")), "chat_template": (None, ("--data", "--predictions")),
+    }  # fmt: skip
+
+    def check_modes(self) -> None:
+        """Refuse a flag given for a mode it does not apply to (it would be ignored)."""
+        mode = "--data" if self.data else "--predictions" if self.predictions else "--prepare-only"
+        for name, (default, modes) in self.MODES.items():
+            if mode not in modes and getattr(self, name) != default:
+                flag = f"--{name.replace('_', '-')}" if name != "clean_up_spaces" else "--no-clean-up-spaces"
+                raise fail(f"{flag} does not apply with {mode} (it would be ignored)",
+                           f"use {flag} with {' or '.join(modes)}, or leave it out")  # fmt: skip
 
     @property
     def parts(self) -> PromptParts:

@@ -94,7 +94,8 @@ def test_the_command_prints_the_task_by_length_table(tmp_path):
     (["--model", "embedded:transformer-tiny", "--lengths", "1k"], "max_context 512 tokens, but --lengths asks for 1k"),
     (["--num-samples", "0"], "--num-samples must be at least 1"),
     (["--prepare-only"], "pass exactly one of --data, --predictions and --prepare-only"),
-    (["--babi", "x"], "use them with --prepare-only"),
+    (["--babi", "x"], "--babi does not apply with --data (it would be ignored); use --babi with --prepare-only"),
+    (["--seed", "7"], "--seed does not apply with --data"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(tmp_path, flags, message):
     argv = ["babilong", "--data", str(FROZEN), "--tasks", "qa1", "--lengths", "0k", "--no-progress", "--out",
@@ -141,3 +142,15 @@ def test_the_hub_layout_parquet_and_save_to_disk_read_as_the_json_layout(tmp_pat
         got[name] = report["results"]["tasks"]
     assert got["json"] == got["parquet"] == got["saved"] == {t: {"0k": {"accuracy": 100.0, "correct": 2, "n": 2}}
                                                              for t in ("qa1", "qa2")}  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (dict(prepare_only=True, write_data="w", babi="b", samples="s.jsonl"), "--samples does not apply with --prep"),
+    (dict(prepare_only=True, write_data="w", babi="b", chat_template="default"), "--chat-template does not apply"),
+    (dict(predictions="p", write_predictions="w"), "--write-predictions does not apply with --predictions"),
+    (dict(predictions="p", model="embedded:megalodon-tiny"), "--model does not apply with --predictions"),
+    (dict(data=str(FROZEN), clean_up_spaces=False), "--no-clean-up-spaces does not apply with --data"),
+])  # fmt: skip
+def test_a_flag_is_refused_where_it_does_not_apply(flags, message):
+    with pytest.raises(MegaevalError, match=message):
+        BabilongSettings(**flags)
