@@ -142,6 +142,7 @@ def run_babilong(settings: BabilongSettings, progress: bool = True, on_unit=None
 
         return score_predictions(settings, specs)
     sets = {(t, n): read_instances(settings.data, t, n) for t in specs for n in settings.lengths}
+    counts = instance_counts(sets, settings.num_samples)
     data = data_facts(settings, specs, sets)
 
     def check(lm: StreamingLM) -> dict[str, Any]:
@@ -158,7 +159,7 @@ def run_babilong(settings: BabilongSettings, progress: bool = True, on_unit=None
     reads = [settings.data if not settings.data.startswith(HUB) else None]
     with open_run("babilong", settings, reads=reads, fingerprint={"data": data}, check=check, progress=progress,
                   on_unit=on_unit) as run:  # fmt: skip
-        return _evaluate(run, settings, specs, sets, data)
+        return _evaluate(run, settings, specs, sets, counts, data)
 
 
 def data_facts(settings: BabilongSettings, specs: dict[str, dict], sets: dict[tuple[str, str], Any]) -> dict[str, Any]:
@@ -169,6 +170,18 @@ def data_facts(settings: BabilongSettings, specs: dict[str, dict], sets: dict[tu
     generated = None if settings.data.startswith(HUB) else read_manifest(settings.data)
     return {"data": settings.data, "sets": sources, "tasks": tasks, "prompt_name": settings.parts.name,
             "generated": generated}  # fmt: skip
+
+
+def instance_counts(sets: dict[tuple[str, str], Any], num_samples: int | None) -> dict[tuple[str, str], int]:
+    """How many instances of each (task, length) run, before any model loads; an empty set is refused. Each set is
+    read to count it and dropped again, so that at most one is held."""
+    counts = {}
+    for key, instances in sets.items():
+        if not len(instances):
+            raise fail(f"{instances.where} holds no instances", "pass BABILong's sets as written, or drop that length")
+        counts[key] = len(instances) if num_samples is None else min(num_samples, len(instances))
+        instances.release()
+    return counts
 
 
 def check_model(lm: StreamingLM, settings: BabilongSettings) -> dict[str, Any]:
@@ -188,7 +201,8 @@ def check_model(lm: StreamingLM, settings: BabilongSettings) -> dict[str, Any]:
 
 
 def _evaluate(
-    run: Run, settings: BabilongSettings, specs: dict[str, dict], sets: dict[tuple[str, str], Any], data: dict
+    run: Run, settings: BabilongSettings, specs: dict[str, dict], sets: dict[tuple[str, str], Any],
+    counts: dict[tuple[str, str], int], data: dict,
 ) -> dict[str, Any] | None:  # fmt: skip
     lm = run.lm
     chosen = check_model(lm, settings)
@@ -196,10 +210,6 @@ def _evaluate(
     encode = prompt_encoder(lm, chosen["bos_effective"], settings.chat, template)
     shared = settings.schedule == "shared" or (settings.schedule == "auto" and lm.max_context is None)
     meter = PeakMemory(lm.device)
-    counts = {}
-    for key, instances in sets.items():  # each set read once to count it, then dropped: at most one is held
-        counts[key] = len(instances) if settings.num_samples is None else min(settings.num_samples, len(instances))
-        instances.release()
 
     def held(task: str, length: str) -> Any:
         for key, instances in sets.items():

@@ -107,13 +107,17 @@ def test_bad_input_is_one_line(tmp_path, flags, message):
     assert not (tmp_path / "r.json").exists()
 
 
-def test_a_record_without_its_target_and_a_prompt_past_the_context_are_refused(tmp_path):
+def test_a_record_without_its_target_an_empty_set_and_a_prompt_past_the_context_are_refused(tmp_path):
     data = tmp_path / "data"
     shutil.copytree(FROZEN, data)
     records = json.loads((data / "qa1" / "0k.json").read_text())
     del records[1]["target"]
     (data / "qa1" / "0k.json").write_text(json.dumps(records))
     with pytest.raises(MegaevalError, match=r"qa1/0k.json instance 1: `target` is missing"):
+        run_babilong(BabilongSettings(model="embedded:megalodon-tiny", data=str(data), tasks="qa1", lengths="0k",
+                                      out=str(tmp_path / "r.json")), progress=False)  # fmt: skip
+    (data / "qa1" / "0k.json").write_text("[]")
+    with pytest.raises(MegaevalError, match=r"qa1/0k.json holds no instances"):
         run_babilong(BabilongSettings(model="embedded:megalodon-tiny", data=str(data), tasks="qa1", lengths="0k",
                                       out=str(tmp_path / "r.json")), progress=False)  # fmt: skip
     long = tmp_path / "long"
