@@ -10,8 +10,14 @@ memory: `megaeval ppl-sweep` of the same checkpoint over the six Austen novels f
 context, one sequence per length; peak memory (process RSS, reset per length) of the longest over the shortest.
 Target: <= 1.2.
 
+scan: each recurrent family (a random model of the zoo's size, 6 layers x 128, saved by transformers) read in one
+call of 4K and of 64K tokens: megaeval with its blocked O(T) scan, megaeval with the previous Hillis-Steele scan
+(kept here, for this comparison; Mamba-1 then in its previous chunks of 16), and transformers' forward (4K only:
+its pure-PyTorch paths loop over tokens). Mamba-2 and RWKV do not use the scan: their rows show they did not move.
+
     python bench/recurrent.py speed [--tokens 4096] [--model DIR]
     python bench/recurrent.py memory [--lengths 4K,...,256K]
+    python bench/recurrent.py scan [--families mamba,recurrent_gemma,mamba2,rwkv] [--lengths 4096,65536]
 """
 
 from __future__ import annotations
@@ -82,6 +88,112 @@ def speed(a: argparse.Namespace) -> dict:
     return result
 
 
+FAMILIES = {  # transformers config class, causal LM class, fields of the zoo's size
+    "mamba": ("MambaConfig", "MambaForCausalLM", SIZE),
+    "recurrent_gemma": ("RecurrentGemmaConfig", "RecurrentGemmaForCausalLM",
+                        dict(vocab_size=4096, hidden_size=128, lru_width=128, num_hidden_layers=6,
+                             num_attention_heads=4, num_key_value_heads=1, head_dim=32, intermediate_size=384,
+                             attention_window_size=2048, conv1d_width=4)),
+    "mamba2": ("Mamba2Config", "Mamba2ForCausalLM",
+               dict(vocab_size=4096, hidden_size=128, state_size=16, num_hidden_layers=6, expand=2, conv_kernel=4,
+                    head_dim=32, num_heads=8, n_groups=1, chunk_size=16)),
+    "rwkv": ("RwkvConfig", "RwkvForCausalLM",
+             dict(vocab_size=4096, hidden_size=128, num_hidden_layers=6, attention_hidden_size=128,
+                  intermediate_size=512, context_length=4096)),
+}  # fmt: skip
+
+
+def random_family(folder: Path, family: str) -> Path:
+    """A random model of `family` at the zoo's size, saved by transformers with the zoo's tokenizer (made once)."""
+    import shutil
+
+    import transformers
+
+    if not (folder / "config.json").exists():
+        config_name, model_name, fields = FAMILIES[family]
+        torch.manual_seed(0)
+        config = getattr(transformers, config_name)(**fields, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        getattr(transformers, model_name)(config).save_pretrained(folder)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(ZOO_TOKENIZER / name, folder / name)
+    return folder
+
+
+def doubling_scan(a, b, h0, overwrite=False):
+    """The previous scan (Hillis-Steele: log2(T) in-place passes), for the comparison only."""
+    a, b = torch.broadcast_tensors(a, b)
+    dtype = torch.promote_types(torch.promote_types(a.dtype, b.dtype), h0.dtype)
+    a, b = a.to(dtype).clone(), b.to(dtype).clone()
+    b[:, 0].addcmul_(a[:, 0], h0.to(dtype))
+    k = 1
+    while k < a.shape[1]:
+        b[:, k:].addcmul_(a[:, k:], b[:, :-k].clone())
+        a[:, k:].mul_(a[:, :-k].clone())
+        k *= 2
+    return b, b[:, -1]
+
+
+def scan_speeds(a: argparse.Namespace) -> dict:
+    """tokens/s of one call per family and length: blocked scan, previous scan, transformers."""
+    import transformers
+
+    from megaeval import load_model
+    from megaeval.models.recurrent import recurrent_gemma, scan
+
+    torch.set_num_threads(1)
+    rows = []
+    blocked = scan.scan.__code__
+    for family in a.families.split(","):
+        folder = random_family(a.work / family, family)
+        lm = load_model(str(folder), dtype="float32")
+        chunk = lm.model.chunk
+        ref = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        for n in (int(x) for x in a.lengths.split(",")):
+            tokens = torch.randint(3, 4096, (1, n), generator=torch.Generator().manual_seed(0))
+            row = {"family": family, "tokens": n}
+            for name, code, size in (("blocked", blocked, chunk), ("previous", doubling_scan.__code__, 16)):
+                scan.scan.__code__, lm.model.chunk = code, size  # every caller's `scan` runs this code
+                previous = recurrent_gemma.RGLRU.forward
+                if name == "previous":  # its chunks of 16, as before
+                    recurrent_gemma.RGLRU.forward = _rg_in_chunks(previous, scan.scan)
+                try:
+                    seconds, out = timed(lambda lm=lm, t=tokens: lm.forward(t, lm.init_state(1))[0], a.repeats)
+                finally:
+                    scan.scan.__code__, lm.model.chunk = blocked, chunk
+                    recurrent_gemma.RGLRU.forward = previous
+                row[f"{name}_tokens_per_second"] = round(n / seconds, 1)
+                row.setdefault("logits", out)
+            if n <= 4096:
+                with torch.inference_mode():
+                    seconds, theirs = timed(lambda r=ref, t=tokens: r(input_ids=t, use_cache=False).logits, a.repeats)
+                row["transformers_tokens_per_second"] = round(n / seconds, 1)
+                logits = row["logits"]
+                row["max_abs_logit_diff_over_max_logit"] = ((logits - theirs).abs().max() / theirs.abs().max()).item()
+                row["speedup_vs_transformers"] = round(row["blocked_tokens_per_second"] / row[
+                    "transformers_tokens_per_second"], 2)  # fmt: skip
+            row.pop("logits")
+            row["speedup_vs_previous"] = round(row["blocked_tokens_per_second"] / row["previous_tokens_per_second"], 2)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr)
+    return {"threads": 1, "dtype": "float32", "rows": rows}
+
+
+def _rg_in_chunks(forward, scan_fn):
+    """RecurrentGemma's RG-LRU as it was: the scan over chunks of 16 tokens."""
+
+    def chunked(self, x, h0, position, _scan):
+        def in_chunks(a, b, h):
+            outs = []
+            for s in range(0, a.shape[1], 16):
+                hs, h = scan_fn(a[:, s : s + 16], b[:, s : s + 16], h)
+                outs.append(hs)
+            return torch.cat(outs, 1), h
+
+        return forward(self, x, h0, position, in_chunks)
+
+    return chunked
+
+
 def memory(a: argparse.Namespace) -> dict:
     work = a.work
     model = str(a.model or random_mamba(work / "mamba"))
@@ -102,14 +214,18 @@ def memory(a: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["speed", "memory"])
+    parser.add_argument("what", choices=["speed", "memory", "scan"])
     parser.add_argument("--model", type=Path, default=None, help="a Mamba checkpoint directory")
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--lengths", default="4K,8K,16K,32K,64K,128K,256K")
+    parser.add_argument("--lengths", default=None, help="memory: 4K,...,256K; scan: 4096,65536")
+    parser.add_argument("--families", default="mamba,recurrent_gemma,mamba2,rwkv")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "megaeval-bench-recurrent")
     a = parser.parse_args()
-    print(json.dumps(speed(a) if a.what == "speed" else memory(a), indent=1))
+    if a.lengths is None:
+        a.lengths = "4096,65536" if a.what == "scan" else "4K,8K,16K,32K,64K,128K,256K"
+    run = {"speed": speed, "memory": memory, "scan": scan_speeds}[a.what]
+    print(json.dumps(run(a), indent=1))
 
 
 if __name__ == "__main__":

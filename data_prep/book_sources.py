@@ -19,6 +19,7 @@ from typing import Any
 
 from megaeval.errors import fail
 from megaeval.files import file_sha256
+from megaeval.text import CONVERT, parse_json
 
 BOOK_SUFFIXES = (".txt", ".txt.gz")
 HUB_NAME = re.compile(r"\w[\w.-]*(/\w[\w.-]*)?")
@@ -130,11 +131,10 @@ def _open_jsonl(src: str, path: Path, text_field: str) -> Source:
                     continue
                 where = f"{src} line {number}"
                 try:
-                    record = json.loads(line)
-                except UnicodeDecodeError:
-                    raise fail(f"{where} is not valid UTF-8", "convert the file to UTF-8") from None
-                except ValueError as e:
-                    raise fail(f"{where} is not valid JSON ({e})", "write one JSON object per line") from None
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise fail(f"{where} is not UTF-8 text ({e.reason})", CONVERT) from None
+                record = parse_json(text, where, "write one JSON object per line")  # lone surrogates refused too
                 if not isinstance(record, dict) or text_field not in record:
                     fields = ", ".join(record) if isinstance(record, dict) else "not a JSON object"
                     raise fail(

@@ -39,10 +39,12 @@ def write_json_atomic(path: str | Path, obj: Any, flag: str = "--out") -> None:
     write_output(path, lambda f: f.write(text.encode("utf-8")), flag)
 
 
-def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]], flag: str = "--samples") -> None:
-    """Write one JSON object per line with `write_output` (a samples file)."""
-    write_output(path, lambda f: f.writelines((json.dumps(r, ensure_ascii=False) + "\n").encode() for r in records),
-                 flag)  # fmt: skip
+def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]], flag: str = "--samples") -> str:
+    """Write one JSON object per line with `write_output` (a samples file); return the sha256 of the bytes written
+    (a report records it, so that its samples file is known by its contents: `data.samples_sha256`)."""
+    data = b"".join((json.dumps(r, ensure_ascii=False) + "\n").encode() for r in records)
+    write_output(path, lambda f: f.write(data), flag)
+    return hashlib.sha256(data).hexdigest()
 
 
 def is_special(path: str | Path) -> bool:

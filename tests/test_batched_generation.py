@@ -202,7 +202,8 @@ def _same_runs(tmp_path, argv: list[str], tol: float = 1e-5) -> dict:
 
 
 @pytest.mark.parametrize(("model", "dtype", "tasks", "limit"), [
-    ("embedded:transformer-tiny", "float32", "nq_open,triviaqa,arc_easy,winogrande", "12"),
+    pytest.param("embedded:transformer-tiny", "float32", "nq_open,triviaqa,arc_easy,winogrande", "12",
+                 marks=pytest.mark.slow),  # -m slow: float64 below holds the same paths
     ("embedded:transformer-tiny", "float64", "nq_open,arc_easy,winogrande", "12"),
     ("embedded:mamba2-tiny", "float32", "nq_open,triviaqa,arc_easy,winogrande", "12"),
     pytest.param("embedded:transformer-tiny", "float32", "mmlu", "1",

@@ -527,3 +527,25 @@ def test_apply_chat_template_without_a_template_is_one_line_and_exit_code_2(tmp_
     assert line.startswith("error: --apply_chat_template: the tokenizer of megalodon:") and line.endswith(
         "megalodon-tiny has no chat template; drop --apply_chat_template (a base model reads the prompt as it is)"
     )
+
+
+@pytest.mark.integration
+def test_a_template_that_raises_inside_is_one_line_and_exit_code_2(chat_folder, tmp_path):
+    """A TypeError inside the template (code the user brought) ends lm-eval's run with megaeval's one line."""
+    folder = tmp_path / "raises"
+    shutil.copytree(chat_folder, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({**config, "chat_template": "{{ messages | length + 'x' }}"})
+    )
+    tasks = write_chat_tasks(tmp_path / "tasks")
+    proc = subprocess.run(
+        [sys.executable, "-m", "megaeval.harness", "--model", "megaeval", "--model_args", f"pretrained=hf:{folder}",
+         "--device", "cpu", "--tasks", "megaeval_chat_mc", "--include_path", str(tasks), "--limit", "1",
+         "--apply_chat_template"],
+        capture_output=True, text=True, env={**ENV, "HF_HOME": str(tmp_path / "hf")}, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("error: --apply_chat_template: the chat template 'default' cannot be rendered (TypeError:")

@@ -352,6 +352,11 @@ def hf_config(**fields):
     return lambda c: edit_json(c.copy("llama") / "config.json", lambda d: d.update(fields))
 
 
+def hf_tokenizer(**fields):
+    """The tiny Llama with these tokenizer_config.json fields changed (a chat template)."""
+    return lambda c: edit_json(c.copy("llama") / "tokenizer_config.json", lambda d: d.update(fields))
+
+
 def hf_tensor_in_two_shards(c: Ctx) -> None:
     """The tiny Llama in two shards, the second also holding a stray copy of a tensor of the first."""
     from safetensors.torch import load_file
@@ -560,6 +565,28 @@ def report_copy(which: str, change: Callable):
     return setup
 
 
+# report cases' inputs (issue 46): the golden run's real reports, one of each kind
+GOLDEN_FILES = H.SAMPLES.parents[1] / "tests" / "fixtures" / "golden" / "files"
+
+
+def golden_report(kind: str, change: Callable | None = None, samples: bytes | None = None):
+    """The golden `kind`.json (edited by `change`) in the case's folder, with its samples file (or `samples`, which
+    the report's checksum then names, unless `change` sets another) beside it under the name its settings give."""
+
+    def setup(c: Ctx) -> None:
+        path = c.work / f"{kind}.json"
+        shutil.copyfile(GOLDEN_FILES / f"{kind}.json", path)
+        if samples is not None and kind != "sweep":
+            edit_json(path, lambda r: r["data"].update(samples_sha256=hashlib.sha256(samples).hexdigest()))
+        if change is not None:
+            edit_json(path, change)
+        if kind != "sweep":
+            data = samples if samples is not None else (GOLDEN_FILES / f"{kind}.jsonl").read_bytes()
+            (c.work / f"{kind}.jsonl").write_bytes(data)
+
+    return setup
+
+
 def pop_key(*path: str):
     """A change that deletes d[path[0]][path[1]]...."""
 
@@ -620,10 +647,61 @@ RULER = ("ruler --model {ckpt} --tasks niah_single_1 --lengths 1K --num-samples 
 LONGPPL = ("longppl --model embedded:mamba2-tiny --evaluator embedded:megalodon-tiny --data {work}/d.jsonl "
            "--trunc-len 16 --sliding-window 8 --out {out} --samples {samples} --no-progress")  # fmt: skip
 LONGPPL_KEYS = LONGPPL.replace("--evaluator embedded:megalodon-tiny", "--key-tokens {work}/k.json")
+ACAD_LLAMA = ACAD.replace("{ckpt}", "hf:{llama}") + " --chat-template"
 LDOC = make_file("d.jsonl", '{"text": "' + "It was a truth universally acknowledged. " * 12 + '"}\n')
+LTEXT = "It was a truth universally acknowledged. " * 12  # LDOC's one document
+
+
+def lkeys(spans, settings=None, **doc):
+    """A key-token file k.json for LDOC's document (its sha256 and chars), with `spans` and `doc` fields changed."""
+    entry = {"id": "d.jsonl:0", "sha256": hashlib.sha256(LTEXT.encode()).hexdigest(), "chars": len(LTEXT),
+             "evaluator_tokens": 100, "evaluator_key_tokens": 1, "spans": spans, **doc}  # fmt: skip
+    content = {"schema_version": 1, "kind": "megaeval-longppl-key-tokens", "evaluator": {},
+               "settings": {"trunc_len": 16, "sliding_window": 8, "alpha": 2, "beta": -2, **(settings or {})},
+               "documents": [entry]}  # fmt: skip
+    return setups(LDOC, make_file("k.json", json.dumps(content)))
+
+
+def tokenizer_folder(c) -> None:
+    """{work}/tok: a transformers tokenizer folder without a model (the embedded Transformer's tokenizer files)."""
+    (c.work / "tok").mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(H.EMBEDDED_TOKENIZER.parents[1] / "transformer-tiny" / name, c.work / "tok" / name)
+
+
 RULER_PREP = "ruler --prepare-only --tokenizer {ckpt} --tasks qa_1 --lengths 1K --num-samples 1 --write-data {work}/w"
 PNG_BYTES = bytes.fromhex("89504e470d0a1a0a0000000d49484452") + bytes(range(256)) * 8
 LATIN1 = "Le café était très animé. Émile arriva à l'heure.\n".encode("latin-1")
+
+
+RULER_TASK = ("ruler --prepare-only --tokenizer {ckpt} --tasks mine --include-path {work}/tasks --lengths 1K "
+              "--num-samples 1 --write-data {work}/w")  # fmt: skip
+RULER_SUITE = Path(__file__).resolve().parents[1] / "suites" / "ruler"
+
+
+def ruler_record(**fields):
+    """A --data-dir record of niah_single_1 at 1K (RULER's fields, `fields` changed) in {work}/data."""
+    prefix = " The special magic number for x mentioned in the provided text is"
+    record = {"index": 0, "input": "The grass is green. VAR 1.", "outputs": ["1"], "length": 300,
+              "answer_prefix": prefix, **fields}  # fmt: skip
+    return make_file("data/1024/niah_single_1/validation.jsonl", json.dumps(record) + "\n")  # RULER's escapes
+
+
+def squad(question="Who wrote it?", answers=None):
+    """A one-question squad.json in {work}/qa (RULER's SQuAD v2 shape), with its question or answers changed."""
+    qa = {"question": question, "answers": [{"text": "Ann"}] if answers is None else answers, "is_impossible": False}
+    data = {"version": "v2.0", "data": [{"paragraphs": [{"context": "Ann wrote it.", "qas": [qa]}]}]}
+    return make_file("qa/squad.json", json.dumps(data))
+
+
+def ruler_task(task: str, *edits: str):
+    """tasks/mine.yaml: RULER's `task` file with each (old, new) pair of `edits` replaced."""
+    text = (RULER_SUITE / f"{task}.yaml").read_text(encoding="utf-8")
+    for old, new in zip(edits[::2], edits[1::2], strict=True):
+        assert old in text, old
+        text = text.replace(old, new)
+    return make_file("tasks/mine.yaml", text)
+
 
 # fmt: off
 CASES = [
@@ -903,7 +981,7 @@ CASES = [
     Case("report/html-samples-not-json", "report {ppl_report} --format html --out {work}/p.html --samples "
          "{work}/s.jsonl", r"s\.jsonl", make_file("s.jsonl", "not json\n")),
     Case("report/samples-without-html", "report {ppl_report} --samples {work}/s.jsonl",
-         r"--samples and --out go with --format html"),
+         r"--samples does not apply with --format table"),
     Case("report/schema-version-from-the-future", "report {ppl_report}", r"schema_version",
          report_copy("ppl_report", lambda r: r.update(schema_version=99))),
     Case("report/schema-version-a-string", "report {ppl_report}", r"schema_version must be the integer 1, got '1'",
@@ -1000,7 +1078,7 @@ CASES = [
          r"--trunc-len 4,096 is not below document d\.jsonl:0's \d+ evaluator tokens", LDOC),
     Case("longppl/alpha-nan", LONGPPL + " --alpha nan", r"--alpha must be a finite number, got nan", LDOC),
     Case("longppl/key-file-not-json", LONGPPL_KEYS,
-         r"cannot read key-token file .*k\.json", lambda c: (LDOC(c), make_file("k.json", "[oops")(c))),
+         r"key-token file .*k\.json is not valid JSON", lambda c: (LDOC(c), make_file("k.json", "[oops")(c))),
     Case("longppl/key-file-for-other-data",
          LONGPPL_KEYS,
          r"k\.json holds 0 documents but --data has 1",
@@ -1011,6 +1089,211 @@ CASES = [
          r"has [\d,]+ tokens but the evaluator's context is 512 tokens.*--chunk-parallel",
          make_file("d.jsonl", '{"text": "' + "It was a truth universally acknowledged. " * 200 + '"}\n')),
     Case("ppl-sweep/key-tokens-missing", PPL + " --key-tokens {work}/none.json", r"key-token file not found"),
+    # ==== round four (issue 46): ruler flags, --data-dir records, task files, essays and QA files
+    # A1: a prompt (as the model reads it) and its budget past the length; a record longer than its folder
+    Case("ruler46/system-instruction-past-the-length", RULER + " --system-instruction '" + "Answer with care. " * 200
+         + "'", r"niah_single_1 at length 1024, instance 0: .*past the length; drop --system-instruction"),
+    Case("ruler46/record-longer-than-its-folder", RULER + " --data-dir {work}/data",
+         r"validation\.jsonl line 1: `length` is 2000, but the folder 1024", ruler_record(length=2000)),
+    Case("ruler46/record-prompt-past-its-length", RULER + " --data-dir {work}/data",
+         r"niah_single_1 at length 1024, instance 0: .*past the length; prepare the instances",
+         ruler_record(input="The grass is green. " * 400, length=900)),
+    # A5: outputs that give full credit, QA answers that could not be read back, a question of null
+    Case("ruler46/record-outputs-empty-text", RULER + " --data-dir {work}/data", r"`outputs` is \[''\]",
+         ruler_record(outputs=[""])),
+    Case("ruler46/record-outputs-a-number", RULER + " --data-dir {work}/data", r"`outputs` is \[7\]",
+         ruler_record(outputs=[7])),
+    Case("ruler46/squad-answers-empty", RULER_PREP + " --qa-data {work}/qa", r"squad\.json .*`data\[0\]\.paragraphs"
+         r"\[0\]\.qas\[0\]\.answers` is empty", squad(answers=[])),
+    Case("ruler46/squad-answer-a-number", RULER_PREP + " --qa-data {work}/qa",
+         r"squad\.json .*qas\[0\]\.answers\[0\]\.text` is 5, not a text", squad(answers=[{"text": 5}])),
+    Case("ruler46/squad-question-null", RULER_PREP + " --qa-data {work}/qa",
+         r"squad\.json .*qas\[0\]\.question` is None, not a text", squad(question=None)),
+    Case("ruler46/hotpotqa-answer-a-list", RULER_PREP.replace("qa_1", "qa_2") + " --qa-data {work}/qa",
+         r"hotpotqa\.json .*`\[0\]\.answer` is \[\], not a text",
+         make_file("qa/hotpotqa.json", '[{"question": "Who?", "answer": [], "context": [["T", ["A b."]]]}]')),
+    # A6: flags that do not apply to the mode or to the tasks (one table)
+    Case("ruler46/tokenizer-without-prepare-only", RULER + " --tokenizer {ckpt}",
+         r"--tokenizer does not apply to a run that generates its instances.*use --tokenizer only with --prepare-only"),
+    Case("ruler46/samples-with-prepare-only", RULER_PREP + " --samples {work}/s.jsonl",
+         r"--samples does not apply with --prepare-only"),
+    Case("ruler46/chat-template-with-prepare-only", RULER_PREP + " --chat-template",
+         r"--chat-template does not apply with --prepare-only"),
+    Case("ruler46/threshold-with-prepare-only", RULER_PREP + " --threshold 50",
+         r"--threshold does not apply with --prepare-only"),
+    Case("ruler46/essays-with-data-dir", RULER + " --data-dir {work}/data --essays {work}/e.json",
+         r"--essays does not apply with --data-dir", setups(ruler_record(), make_file("e.json", '{"text": "A b."}'))),
+    Case("ruler46/seed-with-data-dir", RULER + " --data-dir {work}/data --seed 7", r"--seed does not apply with "
+         r"--data-dir", ruler_record()),
+    Case("ruler46/essays-for-a-noise-task", RULER + " --essays {work}/e.json",
+         r"--essays: none of the tasks niah_single_1 reads an essay haystack", make_file("e.json", '{"text": "A b."}')),
+    Case("ruler46/qa-data-without-a-qa-task", RULER + " --qa-data {work}", r"--qa-data: none of the tasks "
+         r"niah_single_1 reads QA files"),
+    Case("ruler46/english-words-without-cwe", RULER + " --english-words {work}/w.json",
+         r"--english-words: none of the tasks niah_single_1 reads", make_file("w.json", '{"a": "a"}')),
+    # B1: text that is not UTF-8, or lone surrogates, in records, essays, QA files and word lists
+    Case("ruler46/record-latin1", RULER + " --data-dir {work}/data", r"validation\.jsonl line 1 is not UTF-8",
+         make_file("data/1024/niah_single_1/validation.jsonl", b'{"input": "caf\xe9"}\n')),
+    Case("ruler46/record-lone-surrogate", RULER + " --data-dir {work}/data",
+         r"validation\.jsonl line 1 holds a lone surrogate", ruler_record(input="a \ud800 b")),
+    Case("ruler46/essays-latin1", RULER.replace("niah_single_1", "niah_single_2") + " --essays {work}/e.json",
+         r"--essays .*e\.json line 1 is not UTF-8", make_file("e.json", b'{"text": "caf\xe9 au lait"}')),
+    Case("ruler46/squad-lone-surrogate", RULER_PREP + " --qa-data {work}/qa",
+         r"squad\.json line 1 holds a lone surrogate", squad(question="Who \ud800?")),
+    Case("ruler46/english-words-latin1", RULER.replace("niah_single_1", "cwe") + " --english-words {work}/w.json",
+         r"--english-words .*w\.json line 1 is not UTF-8", make_file("w.json", b'{"caf\xe9": "caf\xe9"}')),
+    # B2: task files whose parameters the generators cannot satisfy; essays without spaces
+    Case("ruler46/fwe-more-words-than-letters-make", RULER_TASK, r"mine\.yaml: `args\.vocab_size` is 100, more "
+         r"distinct words than 1 letters make", ruler_task("fwe", "coded_wordlen: 6", "coded_wordlen: 1",
+                                                           "vocab_size: -1", "vocab_size: 100")),
+    Case("ruler46/fwe-alpha-infinite", RULER_TASK, r"mine\.yaml: `args\.alpha` is inf",
+         ruler_task("fwe", "alpha: 2.0", "alpha: .inf")),
+    Case("ruler46/fwe-vocabulary-huge", RULER_TASK, r"mine\.yaml: `args\.vocab_size` is 10000000000",
+         ruler_task("fwe", "vocab_size: -1", "vocab_size: 10000000000")),
+    Case("ruler46/fwe-vocabulary-zero", RULER_TASK, r"mine\.yaml: `args\.vocab_size` is 0; it must be -1",
+         ruler_task("fwe", "vocab_size: -1", "vocab_size: 0")),
+    Case("ruler46/fwe-coded-words-past-the-letters", RULER_TASK.replace("1K", "4K"),
+         r"mine at length 4096 needs \d+ distinct coded words .*args\.coded_wordlen",
+         ruler_task("fwe", "coded_wordlen: 6", "coded_wordlen: 1")),
+    Case("ruler46/niah-needles-past-the-length", RULER_TASK, r"mine cannot be generated at length 1024: "
+         r"args\.num_needle_k × args\.num_needle_v", ruler_task("niah_single_1", "num_needle_v: 1",
+                                                                  "num_needle_v: 1000000000")),
+    Case("ruler46/cwe-frequency-past-the-length", RULER_TASK.replace("1K", "4K"), r"mine cannot be generated at "
+         r"length 4096: its smallest prompt lists", ruler_task("cwe", "freq_cw: 30", "freq_cw: 1000000000")),
+    Case("ruler46/essays-without-spaces", RULER.replace("niah_single_1", "niah_single_2") + " --essays {work}/e.json",
+         r"--essays .*e\.json: 'text' holds a run of [\d,]+ characters without a space",
+         make_file("e.json", json.dumps({"text": "一二三四五六七八九十。" * 300}, ensure_ascii=False))),
+    # B5: --write-data naming a file
+    Case("ruler46/write-data-a-file", RULER_PREP + " --qa-data {work}/qa", r"--write-data .*/w is a file, not a folder",
+         setups(make_file("w", "a file"), squad())),
+    Case("ruler46/write-data-under-a-file", RULER + " --write-data {work}/f/sub",
+         r"--write-data .*/f/sub lies under the file .*/f, not a folder", make_file("f", "a file")),
+    # ==== round four (issue 46): longppl data and key-token files, ppl-sweep --key-tokens/--evaluator, tokenizers
+    Case("longppl46/data-given-twice", LONGPPL + " --data {work}/d.jsonl", r"--data .*d\.jsonl is given twice", LDOC),
+    Case("longppl46/data-folder-and-its-file", LONGPPL.replace("{work}/d.jsonl", "{work}/f") + " --data {work}/f/a.txt",
+         r"--data .*a\.txt reads .*a\.txt, as --data .*f does",
+         setups(make_file("f/a.txt", LTEXT), make_file("f/b.txt", LTEXT + "!"))),
+    Case("longppl46/text-field-with-text-files", LONGPPL.replace("{work}/d.jsonl", "{work}/f") + " --text-field body",
+         r"--text-field body names a field of \.jsonl/\.parquet rows, but every --data is text files",
+         make_file("f/a.txt", LTEXT)),
+    Case("longppl46/document-lone-surrogate", LONGPPL, r"d\.jsonl line 2 holds a lone surrogate",
+         make_file("d.jsonl", json.dumps({"text": LTEXT}) + '\n{"text": "a \\ud800 b ' + LTEXT + '"}\n')),
+    Case("longppl46/document-not-utf8", LONGPPL, r"d\.jsonl line 1 is not UTF-8",
+         make_file("d.jsonl", b'{"text": "' + LATIN1 * 8 + b'"}\n')),
+    Case("longppl46/txt-document-not-utf8", LONGPPL.replace("{work}/d.jsonl", "{work}/f"), r"a\.txt is not valid UTF-8",
+         make_file("f/a.txt", LATIN1 * 8)),
+    Case("longppl46/key-file-lone-surrogate", LONGPPL_KEYS, r"key-token file .*k\.json line \d+ holds a lone surrogate",
+         setups(LDOC, make_file("k.json", '{"kind": "megaeval-longppl-key-tokens", "schema_version": 1,\n'
+                                          '"evaluator": {"name": "\\udc00"}}'))),
+    Case("longppl46/key-file-not-utf8", LONGPPL_KEYS, r"key-token file .*k\.json line 1 is not UTF-8",
+         setups(LDOC, make_file("k.json", b'{"kind": "\xff"}'))),
+    Case("longppl46/key-span-past-the-end", LONGPPL_KEYS,
+         r"k\.json documents\[0\]\.spans\[1\] ends at 9999, past the document's 492 characters",
+         lkeys([[0, 5], [7, 9999]])),
+    Case("longppl46/key-span-boolean", LONGPPL_KEYS, r"k\.json documents\[0\]\.spans\[0\] must be \[start, end\]",
+         lkeys([[True, 5]])),
+    Case("longppl46/key-span-negative", LONGPPL_KEYS, r"k\.json documents\[0\]\.spans\[0\] must be \[start, end\]",
+         lkeys([[-3, 5]])),
+    Case("longppl46/key-span-float", LONGPPL_KEYS, r"k\.json documents\[0\]\.spans\[0\] must be \[start, end\]",
+         lkeys([[1.5, 5]])),
+    Case("longppl46/key-span-reversed", LONGPPL_KEYS, r"k\.json documents\[0\]\.spans\[0\] starts after it ends",
+         lkeys([[9, 5]])),
+    Case("longppl46/key-chars-not-the-documents", LONGPPL_KEYS,
+         r"k\.json documents\[0\]\.chars is 9999, but its document .* has 492 characters", lkeys([[0, 5]], chars=9999)),
+    Case("longppl46/key-chars-boolean", LONGPPL_KEYS, r"k\.json documents\[0\]\.chars must be a whole number",
+         lkeys([], chars=True)),
+    Case("longppl46/key-sha256-not-hex", LONGPPL_KEYS, r"k\.json documents\[0\]\.sha256 must be",
+         lkeys([], sha256="abc")),
+    Case("longppl46/key-settings-trunc-len-boolean", LONGPPL_KEYS, r"k\.json: settings\.trunc_len must be a whole",
+         lkeys([], settings={"trunc_len": True})),
+    Case("longppl46/key-settings-sliding-window-fraction", LONGPPL_KEYS, r"settings\.sliding_window must be a whole",
+         lkeys([], settings={"sliding_window": 8.5})),
+    Case("longppl46/evaluator-args-with-key-tokens", LONGPPL_KEYS + " --evaluator-args max_context=64",
+         r"--evaluator-args does not apply with --key-tokens", lkeys([[0, 5]])),
+    Case("longppl46/batch-size-with-key-tokens", LONGPPL_KEYS + " --batch-size 3",
+         r"--batch-size does not apply with --key-tokens", lkeys([[0, 5]])),
+    Case("longppl46/save-key-tokens-with-key-tokens", LONGPPL_KEYS + " --save-key-tokens {work}/k2.json",
+         r"--save-key-tokens does not apply with --key-tokens", lkeys([[0, 5]])),
+    Case("longppl46/evaluator-is-a-tokenizer-folder", LONGPPL.replace("embedded:megalodon-tiny", "{work}/tok"),
+         r"--evaluator .*tok: .*is a tokenizer without a model", setups(LDOC, tokenizer_folder)),
+    Case("longppl46/evaluator-megalodon-file", LONGPPL.replace("embedded:megalodon-tiny", "megalodon:{work}/d.jsonl"),
+         r"--evaluator megalodon:.*d\.jsonl: .* is a file, but a megalodon checkpoint is a folder holding config\.json "
+         r"and consolidated\*\.pth", LDOC),
+    Case("ppl-sweep46/evaluator-args-without-evaluator", PPL + " --evaluator-args max_context=64",
+         r"--evaluator-args does not apply without --evaluator"),
+    Case("ppl-sweep46/evaluator-args-with-key-tokens", PPL + " --key-tokens {work}/k.json --evaluator-args a=1",
+         r"--evaluator-args does not apply with --key-tokens", lkeys([[0, 5]])),
+    Case("ppl-sweep46/key-span-boolean", PPL + " --key-tokens {work}/k.json",
+         r"k\.json documents\[0\]\.spans\[0\] must be \[start, end\]", lkeys([[0, False]])),
+    Case("ppl-sweep46/peak-tflops-denormal", PPL + " --peak-tflops 5e-324",
+         r"--peak-tflops 5e-324 is no device's peak"),
+    Case("ppl-sweep46/peak-tflops-huge", PPL + " --peak-tflops 1e300", r"--peak-tflops 1e300 is no device's peak"),
+    Case("ppl-sweep46/evaluator-sentencepiece-file", PPL + " --evaluator {ckpt}/tokenizer.model",
+         r"--evaluator .*tokenizer\.model: .*is a tokenizer without a model"),
+    Case("tokenizer46/megalodon-folder-missing",
+         RULER_PREP.replace("{ckpt}", "megalodon:{work}/none").replace("qa_1", "niah_single_1"),
+         r"--tokenizer megalodon:.*none"),
+    # ==== round four (issue 46): report and the HTML page
+    Case("report/r4-sweep-bucket-without-end", "report {work}/sweep.json", r"position_curve\[0\]\.buckets\[1\]",
+         golden_report("sweep", lambda r: r["results"]["position_curve"][0]["buckets"][1].pop("end"))),
+    Case("report/r4-sweep-bucket-ending-at-0-html", "report {work}/sweep.json --format html --out {work}/p.html",
+         r"position_curve\[0\]\.buckets\[0\] is not a bucket",
+         golden_report("sweep", lambda r: r["results"]["position_curve"][0]["buckets"][0].update(end=0))),
+    Case("report/r4-sweep-longppl-a-string", "plot {work}/sweep.json --out {png}", r"lengths\[0\]\.longppl is 'x'",
+         golden_report("sweep", lambda r: r["results"]["lengths"][0].update(longppl="x"))),
+    Case("report/r4-sweep-length-twice", "report {work}/sweep.json", r"context_length 256 twice",
+         golden_report("sweep", lambda r: r["results"]["lengths"].append(r["results"]["lengths"][0]))),
+    Case("report/r4-longppl-value-a-string", "report {work}/longppl.json", r"documents\[0\]\.ppl is 'x'",
+         golden_report("longppl", lambda r: r["results"]["documents"][0].update(ppl="x"))),
+    Case("report/r4-academic-stderr-a-string-html", "report {work}/academic.json --format html --out {work}/p.html",
+         r"results\.piqa\.acc_stderr is 'x', not a number",
+         golden_report("academic", lambda r: r["results"]["piqa"].update(acc_stderr="x"))),
+    Case("report/r4-scrolls-average-a-string", "report {work}/scrolls.json", r"results\.average is 'x'",
+         golden_report("scrolls", lambda r: r["results"].update(average="x"))),
+    Case("report/r4-needle-depth-150-plot", "plot {work}/needle.json --out {png}", r"depths 0\.\.100",
+         golden_report("needle", lambda r: r["results"]["passkey"]["cells"][0].update(depth=150))),
+    Case("report/r4-ruler-length-zero", "report {work}/ruler.json", r"length 0, not a positive whole number",
+         golden_report("ruler", lambda r: r["results"]["lengths"][0].update(length=0))),
+    Case("report/r4-babilong-cell-a-string-html", "report {work}/babilong.json --format html --out {work}/p.html",
+         r"results\.tasks\.qa1\.2k has no accuracy",
+         golden_report("babilong", lambda r: r["results"]["tasks"]["qa1"].update({"2k": "x"}))),
+    Case("report/r4-date-a-number-html", "report {work}/ruler.json --format html --out {work}/p.html",
+         r"environment\.date is 7, not a date", golden_report("ruler", lambda r: r["environment"].update(date=7))),
+    Case("report/r4-report-not-utf8", "report {work}/r.json", r"report .*r\.json line 2 is not UTF-8",
+         make_file("r.json", b'{"schema_version": 1,\n "command": "caf\xe9"}')),
+    Case("report/r4-report-lone-surrogate", "report {work}/r.json", r"r\.json line 1 holds a lone surrogate",
+         make_file("r.json", '{"schema_version": 1, "command": "\\ud800", "results": {}}')),
+    Case("report/r4-samples-not-utf8", "report {work}/academic.json --format html --out {work}/p.html --samples "
+         "{work}/academic.jsonl", r"academic\.jsonl line 1 is not UTF-8", golden_report("academic", samples=LATIN1)),
+    Case("report/r4-samples-lone-surrogate", "report {work}/academic.json --format html --out {work}/p.html "
+         "--samples {work}/academic.jsonl", r"academic\.jsonl line 1 holds a lone surrogate",
+         golden_report("academic", samples=b'{"task": "piqa", "prediction": "\\udc00"}\n')),
+    Case("report/r4-samples-of-another-run", "report {work}/academic.json --format html --out {work}/p.html "
+         "--samples {work}/academic.jsonl", r"academic\.jsonl is not the one the run of .*academic\.json wrote",
+         golden_report("academic", lambda r: r["data"].update(samples_sha256="0" * 64),
+                       samples=b'{"task": "piqa", "acc": 1.0}\n')),
+    Case("report/r4-samples-given-twice", "report {work}/academic.json --format html --out {work}/p.html "
+         "--samples {work}/academic.jsonl --samples {work}/academic.jsonl", r"academic\.jsonl both belong to report",
+         golden_report("academic")),
+    Case("report/r4-samples-sha256-not-a-sha256", "report {work}/academic.json", r"data\.samples_sha256 is 'abc'",
+         golden_report("academic", lambda r: r["data"].update(samples_sha256="abc"))),
+    Case("report/r4-metric-with-html", "report {work}/sweep.json --format html --out {work}/p.html --metric ppl",
+         r"--metric does not apply with --format html", golden_report("sweep")),
+    Case("report/r4-metric-for-ruler", "report {work}/ruler.json --metric score", r"--metric does not apply to ruler",
+         golden_report("ruler")),
+    Case("report/r4-metric-for-babilong", "report {work}/babilong.json --metric accuracy",
+         r"--metric does not apply to babilong", golden_report("babilong")),
+    Case("report/r4-out-without-html", "report {work}/sweep.json --out {work}/p.html",
+         r"--out does not apply with --format table", golden_report("sweep")),
+    # ==== round four (issue 46): chat templates in every command
+    Case("academic/chat-template-drops-user-text", ACAD_LLAMA, r"--chat-template: the chat template 'default' "
+         r"drops the user's text", hf_tokenizer(chat_template="{% for m in messages %}<|{{ m.role }}|>{% endfor %}")),
+    Case("scrolls/chat-template-drops-user-text", SMODEL.replace("{ckpt}", "hf:{llama}") + " --chat-template",
+         r"drops the user's text", hf_tokenizer(chat_template="{% for m in messages %}[{{ m.role }}]{% endfor %}")),
+    Case("academic/chat-template-type-error", ACAD_LLAMA, r"cannot be rendered \(TypeError: ",
+         hf_tokenizer(chat_template="{{ messages | length + 'x' }}")),
+    Case("academic/chat-template-not-text", ACAD_LLAMA, r"chat template 'default' of .* is int '7', not a Jinja",
+         hf_tokenizer(chat_template=7)),
 ]
 # fmt: on
 
@@ -1053,7 +1336,31 @@ def test_case_ids_are_unique():
     assert len(ids) == len(set(ids)) and len(ids) >= 60
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+# Round four's cases beyond one per kind run with -m slow (the property tests of tests/tasks/ruler and
+# tests/tasks/longppl draw the same kinds of damage in process, in the default run)
+SLOW = {
+    "ruler46/record-prompt-past-its-length", "ruler46/record-outputs-a-number", "ruler46/squad-answer-a-number",
+    "ruler46/hotpotqa-answer-a-list", "ruler46/chat-template-with-prepare-only",
+    "ruler46/threshold-with-prepare-only", "ruler46/seed-with-data-dir", "ruler46/essays-for-a-noise-task",
+    "ruler46/english-words-without-cwe", "ruler46/record-latin1", "ruler46/squad-lone-surrogate",
+    "ruler46/english-words-latin1", "ruler46/fwe-more-words-than-letters-make", "ruler46/fwe-vocabulary-zero",
+    "ruler46/fwe-coded-words-past-the-letters", "ruler46/niah-needles-past-the-length",
+    "ruler46/cwe-frequency-past-the-length", "ruler46/write-data-under-a-file", "longppl46/data-folder-and-its-file",
+    "longppl46/text-field-with-text-files", "longppl46/document-not-utf8", "longppl46/key-file-lone-surrogate",
+    "longppl46/key-file-not-utf8", "longppl46/key-span-negative", "longppl46/key-span-float",
+    "longppl46/key-span-reversed", "longppl46/key-chars-boolean", "longppl46/key-sha256-not-hex",
+    "longppl46/key-settings-trunc-len-boolean", "longppl46/key-settings-sliding-window-fraction",
+    "longppl46/batch-size-with-key-tokens", "longppl46/save-key-tokens-with-key-tokens",
+    "ppl-sweep46/evaluator-args-with-key-tokens", "ppl-sweep46/key-span-boolean", "ppl-sweep46/peak-tflops-huge",
+    "ppl-sweep46/evaluator-sentencepiece-file", "scrolls/chat-template-drops-user-text",
+}  # fmt: skip
+missing = SLOW - {c.id for c in CASES}
+assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if c.id in SLOW else []) for c in CASES]
+)
 def test_bad_input_is_refused_cleanly(case: Case, base: Base, cli: Megaeval, tmp_path: Path):
     ctx = Ctx(base, tmp_path / "case")
     if case.setup is not None:

@@ -55,7 +55,7 @@ FAST = {
     ),
     "scrolls": Job(
         "scrolls",
-        "scrolls --model {ckpt} --data-dir {sdata} --tasks qmsum --limit 2 --max-new-tokens 4 "
+        "scrolls --model {ckpt} --data-dir {sdata} --tasks qmsum --limit 7 --max-new-tokens 4 "
         "--no-progress --out {out} --samples {samples}",
     ),
     "academic": Job(
@@ -113,7 +113,8 @@ class World:
         texts = [(H.AUSTEN / f"{b}.txt").read_text(encoding="utf-8")[:3000] for b in ("emma", "persuasion")]
         self.stream = write_stream(root / "stream", texts, sp)
         self.sdata = root / "scrolls"
-        H.write_jsonl(self.sdata / "qmsum" / "validation.jsonl", H.short_qmsum_rows("validation", 2))
+        # a unit is a document's questions: 7 examples are two units (5 questions on one meeting, 2 on the next)
+        H.write_jsonl(self.sdata / "qmsum" / "validation.jsonl", H.short_qmsum_rows("validation", 7))
         H.write_jsonl(self.sdata / "qmsum" / "train.jsonl", H.short_qmsum_rows("train", 2))
         self.samples_dir = H.SAMPLES
         self._references: dict[tuple[str, str], Outcome] = {}

@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from megaeval import MegaevalError
 from megaeval.commands.academic import AcademicSettings, run_academic
 from megaeval.commands.ppl_sweep import SweepSettings, run_ppl_sweep
 from megaeval.commands.report.kinds import compare
@@ -44,68 +43,7 @@ from megaeval.tasks.needle.spec import check_needle_spec, load_needle_task
 from megaeval.tokenizers import SentencePieceTokenizer
 from megaeval_testing import AUSTEN, random_model, read_jsonl, small_args
 from megaeval_testing.hostile import SAMPLES, short_qmsum_rows, write_jsonl
-
-DELETE = object()
-JUNK = st.sampled_from([DELETE, None, True, False, -1, 0, 7, 2**40, 1.5, "", "x", "0", [], [1], {}, {"a": 1}])
-EXAMPLES = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-
-
-def places(value: Any, at: tuple = ()) -> list[tuple]:
-    """Every key path into a JSON value (dict keys and list indices), the root excluded."""
-    found = []
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in items:
-        found.append((*at, key))
-        found += places(child, (*at, key))
-    return found
-
-
-def damaged(value: Any, place: tuple, junk: Any) -> Any:
-    """A copy of `value` with the item at `place` replaced by `junk` (or deleted)."""
-    value = copy.deepcopy(value)
-    parent = value
-    for key in place[:-1]:
-        parent = parent[key]
-    if junk is DELETE:
-        del parent[place[-1]]
-    else:
-        parent[place[-1]] = junk
-    return value
-
-
-def draw_damage(data: st.DataObject, value: Any) -> Any:
-    """`value` damaged at one drawn place: a key deleted, or a value replaced by one of another JSON type. List
-    items are replaced, never deleted, and strings are never replaced by strings (nor numbers by numbers): a row
-    fewer, or another question, is other data, not damaged data."""
-    place = data.draw(st.sampled_from(places(value)), label="place")
-    old = damaged_at(value, place)
-    kinds = (bool, int, float, str, list, dict, type(None))
-    same = lambda a, b: next(k for k in kinds if isinstance(a, k)) == next(k for k in kinds if isinstance(b, k))  # noqa: E731
-    junk = data.draw(JUNK.filter(lambda j: j is DELETE or not same(j, old)), label="junk")
-    return damaged(value, place, None if junk is DELETE and isinstance(place[-1], int) else junk)
-
-
-def damaged_at(value: Any, place: tuple) -> Any:
-    for key in place:
-        value = value[key]
-    return value
-
-
-def outcome(run) -> tuple[str, Any]:
-    """("ok", numbers) or ("error", message); a message must be one line, any other exception fails the test."""
-    try:
-        return "ok", run()
-    except MegaevalError as e:
-        message = str(e)
-        assert message and "\n" not in message.strip(), message
-        return "error", message
-
-
-def check(run, expected: Any) -> None:
-    kind, got = outcome(run)
-    if kind == "ok":
-        assert got == expected, "the damaged input was accepted and changed the numbers"
-
+from megaeval_testing.mutation import DELETE, EXAMPLES, check, damaged, damaged_at, draw_damage, outcome, places
 
 # ------------------------------------------------------------------------------------------------------------------
 # Shared inputs: a books stream, a small random MEGALODON, the reports and journal of a sweep of it

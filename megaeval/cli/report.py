@@ -28,18 +28,14 @@ def report(
 ) -> None:
     """Reports side by side: a row per context length (ppl-sweep) or per task, a column per report; with
     --format html, one self-contained page of every kind with plots and a sample browser."""
-    from ..commands.report.kinds import compare
-    from ..errors import fail
+    from ..commands.report.kinds import check_flags, compare
 
+    check_flags(fmt, {"--metric": metric is not None, "--samples": bool(samples), "--out": out is not None})
     if fmt == "html":
         from ..commands.report.page import write_html
 
-        if out is None:
-            raise fail("--format html writes a page", "pass --out runs.html")
         echo(f"page: {write_html(reports, samples or [], out)}")
         return
-    if samples or out:
-        raise fail("--samples and --out go with --format html", "pass --format html, or leave them out")
     echo(compare(reports, fmt=fmt, metric=metric), end="")
 
 

@@ -36,6 +36,13 @@ def scrolls(
     batch_size: Annotated[str, typer.Option(help="Examples answered together: auto or N (results do not change).")] = (
         "auto"
     ),
+    share_documents: Annotated[
+        bool,
+        typer.Option(
+            help="Questions on one document read it once (--no-share-documents: each prompt whole; "
+            "the same predictions)."
+        ),
+    ] = True,
     predictions: Annotated[
         str | None, typer.Option(help="Score these predictions (JSONL: task, id, prediction) without a model.")
     ] = None,
@@ -51,7 +58,8 @@ def scrolls(
     settings = ScrollsSettings(
         tasks=tasks, data_dir=data_dir, split=split, limit=limit, shots=shots, seed=seed, template=template,
         max_new_tokens=max_new_tokens, stop=None if stop is None else [unescape(s) for s in stop],
-        truncation=truncation, batch_size=batch_size, predictions=predictions, allow_partial=allow_partial,
+        truncation=truncation, batch_size=batch_size, share_documents=share_documents, predictions=predictions,
+        allow_partial=allow_partial,
         **settings_of(shared),
     )  # fmt: skip
     finish(run_scrolls(settings, progress=shared["progress"]), task_summary, settings.out)

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from ..errors import fail
 from ..runs import Run, RunSettings, open_run
-from ..scoring.chat import ChatFlags, chat_bos, select_template
+from ..scoring.chat import ChatFlags, chat_bos, run_template
 from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.academic.chat import chat_docs
@@ -80,7 +80,7 @@ def run_academic(settings: AcademicSettings, progress: bool = True, on_unit=None
         if not settings.chat.on and not settings.system_instruction:
             effective["bos_effective"] = resolve_bos(lm, settings.bos)
             return effective  # a resume must read the same tokens
-        template = select_template(lm, settings.chat_template) if settings.chat.on else None
+        template = run_template(lm, settings.chat)
         for task, p in prepared.items():
             prepared[task] = replace(p, docs=chat_docs(p, template, settings.chat))
         first = next(iter(prepared.values())).docs[0].contexts[0]

@@ -28,7 +28,7 @@ from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
 from ..scoring.bos import resolve_bos
-from ..scoring.chat import ChatFlags, select_template
+from ..scoring.chat import ChatFlags, run_template
 from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, prompt_encoder
 from ..tables import format_duration
@@ -193,7 +193,7 @@ def check_model(lm: StreamingLM, settings: BabilongSettings) -> dict[str, Any]:
             raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens, but --lengths asks for "
                        f"{longest} ({length_tokens(longest):,} tokens); BABILong never truncates",
                        "use shorter --lengths, or a state-carrying model")  # fmt: skip
-    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    template = run_template(lm, settings.chat)
     # the official path: the tokenizer's special tokens around a plain prompt; only the template's text around a
     # rendered one (apply_chat_template tokenizes without special tokens)
     bos = resolve_bos(lm, settings.bos) if template is None else settings.bos == "always"
@@ -206,7 +206,7 @@ def _evaluate(
 ) -> dict[str, Any] | None:  # fmt: skip
     lm = run.lm
     chosen = check_model(lm, settings)
-    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    template = run_template(lm, settings.chat)
     encode = prompt_encoder(lm, chosen["bos_effective"], settings.chat, template)
     shared = settings.schedule == "shared" or (settings.schedule == "auto" and lm.max_context is None)
     meter = PeakMemory(lm.device)

@@ -44,9 +44,10 @@ def score_predictions(settings: Any, specs: dict[str, dict]) -> dict[str, Any]:
     results = babilong_results(records, list(specs), settings.lengths)
     model = {"spec": None, "predictions": settings.predictions}
     data = {"predictions": sources, "prompt_name": settings.parts.name}
-    report = build_report("babilong", asdict(settings), model, data, results, environment("cpu", "none"))
     if settings.samples:
-        write_jsonl_atomic(settings.samples, [{k: v for k, v in r.items() if k != "output"} for r in records])
+        rows = [{k: v for k, v in r.items() if k != "output"} for r in records]
+        data["samples_sha256"] = write_jsonl_atomic(settings.samples, rows)
+    report = build_report("babilong", asdict(settings), model, data, results, environment("cpu", "none"))
     write_json_atomic(out, report)
     return report
 
@@ -91,7 +92,7 @@ def prepare_babilong(settings: Any, progress: bool = True) -> list[Path]:
     check_writable(folder / MANIFEST, "--write-data")
     check_outputs({"--write-data": folder / MANIFEST}, [settings.babi, *settings.background])
     tokenizer = length_tokenizer(settings.length_tokenizer)
-    books, sources = read_documents(settings.background or [str(shipped_books())], settings.text_field)
+    books, sources = read_documents(settings.background or [str(shipped_books())], settings.text_field, "--background")
     written = []
     total = len(specs) * sum(length_tokens(n) + 1 for n in settings.lengths)
     with ProgressBar("babilong", "tokens", total, 0, progress) as bar:

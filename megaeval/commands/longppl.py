@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import fail
 from ..files import check_outputs, check_writable, file_sha256, write_json_atomic
 from ..metrics.longppl import KeySettings, document_longppl, pooled_perplexity
-from ..models import StreamingLM, parse_spec
+from ..models import StreamingLM, naming, parse_spec
 from ..runs import Run, RunSettings, open_run
 from ..runs.report import model_facts
 from ..runs.run import check_run_outputs
@@ -32,7 +32,15 @@ from ..scoring.key_tokens import (
 )
 from ..tables import format_value, render_table, report_label
 from ..tasks.data import Document, read_documents
-from ..tasks.longppl.data import key_file, key_identity, key_settings, read_key_file, spans_for
+from ..tasks.longppl.data import (
+    KEY_MODES,
+    check_key_modes,
+    key_file,
+    key_identity,
+    key_settings,
+    read_key_file,
+    spans_for,
+)
 from ..tokenizers import encode_offsets
 
 MODEL_CONTEXT_FIX = "use a model whose context holds the document (--model-args max_context=N), or shorter documents"
@@ -57,27 +65,33 @@ class LongpplSettings(RunSettings):
     out: str = "reports/longppl.json"
 
     OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "save_key_tokens")
+    # flag -> the modes it applies to (`tasks.longppl.data.check_key_modes`): what only an evaluator run uses
+    MODES: ClassVar[dict[str, tuple[str, ...]]] = {**KEY_MODES, "save_key_tokens": ("--evaluator",),
+                                                   "batch_size": ("--evaluator",)}  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if (self.evaluator is None) == (self.key_tokens is None):
             raise fail("pass exactly one of --evaluator E (find key tokens) and --key-tokens F (read them)",
                        "e.g. --evaluator embedded:megalodon-tiny, or a file from --save-key-tokens")  # fmt: skip
-        if self.save_key_tokens is not None and self.key_tokens is not None:
-            raise fail("--save-key-tokens writes what an evaluator finds, but --key-tokens runs none",
-                       "leave --save-key-tokens out, or pass --evaluator instead of --key-tokens")  # fmt: skip
+        check_key_modes(self, self.MODES)
         if self.batch_size < 1:
             raise fail(f"--batch-size must be at least 1, got {self.batch_size}", "pass --batch-size 8")
 
 
 def run_longppl(settings: LongpplSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
     """Run (or resume) LongPPL over the documents and write the report (and key-token file); rank 0 returns it."""
-    reads = [*settings.data, settings.key_tokens, parse_spec(settings.evaluator)[1] if settings.evaluator else None]
+    with naming("--evaluator", settings.evaluator):
+        evaluator_path = parse_spec(settings.evaluator)[1] if settings.evaluator else None
+    reads = [*settings.data, settings.key_tokens, evaluator_path]
     out = check_run_outputs(settings, [*reads, parse_spec(settings.model)[1]])
     if settings.save_key_tokens is not None:
         save = check_writable(settings.save_key_tokens, "--save-key-tokens")
         check_outputs({"--out": out, "--samples": settings.samples, "--save-key-tokens": save}, reads)
     documents, sources = read_documents(settings.data, settings.text_field)
+    if settings.text_field != "text" and all(s["kind"] in ("folder", "txt", "txt.gz") for s in sources):
+        raise fail(f"--text-field {settings.text_field} names a field of .jsonl/.parquet rows, but every --data is "
+                   "text files: it would be ignored", "leave --text-field out")  # fmt: skip
     held = read_key_file(settings.key_tokens) if settings.key_tokens else None
     key = key_settings(settings, held, settings.key_tokens)
     spans = spans_for(held, settings.key_tokens, documents) if held else None

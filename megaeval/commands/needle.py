@@ -21,7 +21,7 @@ from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
-from ..scoring.chat import ChatFlags, select_template
+from ..scoring.chat import ChatFlags, run_template
 from ..scoring.generate import generate_branches, parse_batch_size, rows_per_batch
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
@@ -120,7 +120,7 @@ def _evaluate(
     run: Run, settings: NeedleSettings, specs: dict[str, dict], max_new: dict[str, int], words: dict, data: dict
 ) -> dict[str, Any] | None:
     lm = run.lm
-    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    template = run_template(lm, settings.chat)
     chosen = check_prompts(lm, settings.lengths, settings.bos, settings.chat)  # what `check` recorded
     bos = chosen["bos_effective"]
     encode = prompt_encoder(lm, bos, settings.chat, template)

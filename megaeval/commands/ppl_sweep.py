@@ -13,7 +13,7 @@ import torch
 from ..distributed import group_max
 from ..errors import fail
 from ..files import human_bytes
-from ..models import StreamingLM, parse_spec
+from ..models import StreamingLM, naming, parse_spec
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.run import check_run_outputs
@@ -33,6 +33,7 @@ from ..scoring.sweep_plan import (  # fmt: skip
 from ..scoring.windows import parse_window_policy, score_windows, windows
 from ..streams import BooksStream, TextSpan
 from ..tables import format_length, format_value, render_table
+from ..tasks.longppl.data import KEY_MODES, check_key_modes
 from .ppl_sweep_keys import KeyedSweep
 
 
@@ -57,6 +58,14 @@ class SweepSettings(RunSettings):
     beta: float | None = None
     out: str = "reports/ppl_sweep.json"
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.key_tokens is not None and self.evaluator is not None:
+            raise fail("pass one of --evaluator E (find key tokens) and --key-tokens F (read them), not both",
+                       "a file from `longppl --save-key-tokens` needs no evaluator")  # fmt: skip
+        check_key_modes(self, KEY_MODES)
+        parse_peak(self.peak_tflops)
+
     def family_flags(self) -> dict[str, Any]:
         return {"kernels": self.kernels, "norm_stats": self.norm_stats}
 
@@ -69,7 +78,9 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
     batch, every rank reading a contiguous slice of it (MEGALODON: chunk-aligned, carrying its state; hf:
     sequence parallel, each rank keeping its slice of the KV cache; `models.chunk_parallel_lm`).
     """
-    check_run_outputs(settings, [settings.stream, parse_spec(settings.model)[1]])  # before any work
+    with naming("--evaluator", settings.evaluator):
+        evaluator = parse_spec(settings.evaluator)[1] if settings.evaluator else None
+    check_run_outputs(settings, [settings.stream, parse_spec(settings.model)[1], evaluator, settings.key_tokens])
     lengths = parse_lengths(settings.lengths)
     requested = None if settings.tokens is None else parse_count(settings.tokens, "--tokens")
     parse_window_policy(settings.window_policy)

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import fail
 from ..files import file_sha256
 from ..metrics.longppl import KeySettings
 from ..models import StreamingLM
@@ -17,7 +16,7 @@ from ..runs.report import model_facts
 from ..scoring.key_tokens import load_evaluator
 from ..scoring.stream_keys import evaluator_spans, file_spans, stream_key_positions
 from ..streams import BooksStream
-from ..tasks.longppl.data import SETTING_NAMES, key_identity, key_settings, read_key_file
+from ..tasks.longppl.data import check_chars, key_identity, key_settings, read_key_file
 
 EVALUATOR_BATCH = 8  # short-context windows read together (changes no number)
 
@@ -42,18 +41,16 @@ class KeyedSweep:
     def open(cls, settings: Any, stream: BooksStream) -> KeyedSweep | None:
         """The key tokens a sweep's settings ask for (None: none), checked before any model is loaded."""
         if settings.key_tokens is None and settings.evaluator is None:
-            named = [f"--{k.replace('_', '-')}" for k in SETTING_NAMES if getattr(settings, k) is not None]
-            if named:
-                raise fail(f"{', '.join(named)} set how key tokens are found, but no --evaluator or --key-tokens is "
-                           "given", "pass --evaluator E or --key-tokens F to add LongPPL to the sweep")  # fmt: skip
-            return None
-        if settings.key_tokens is not None and settings.evaluator is not None:
-            raise fail("pass one of --evaluator E (find key tokens) and --key-tokens F (read them), not both",
-                       "a file from `longppl --save-key-tokens` needs no evaluator")  # fmt: skip
+            return None  # (the key-token flags were refused without them: SweepSettings' check_key_modes)
         held = read_key_file(settings.key_tokens) if settings.key_tokens else None
         key = key_settings(settings, held, settings.key_tokens)
         spans = file_spans(stream, held, settings.key_tokens) if held else None  # every book held, before reading them
-        return cls(stream, key, stream.book_texts(), settings.key_tokens, settings.evaluator,
+        texts = stream.book_texts()
+        if held is not None:  # the file's spans were checked against its chars: those must be the book's
+            for number, doc in enumerate(held["documents"]):
+                if doc["sha256"] in texts:
+                    check_chars(doc, texts[doc["sha256"]], settings.key_tokens, number)
+        return cls(stream, key, texts, settings.key_tokens, settings.evaluator,
                    settings.evaluator_args, settings.dtype, held, spans)  # fmt: skip
 
     def prepare(self, lm: StreamingLM) -> dict[str, Any]:

@@ -10,14 +10,13 @@ template with --chat-template) answered greedily with the task's token budget an
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..console import note_line
 from ..errors import fail
-from ..files import file_sha256
+from ..files import cached_file_sha256, file_sha256
 from ..metrics.needle import needle_score
 from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
 from ..models.base import StreamingLM
@@ -25,17 +24,26 @@ from ..runs import Run, RunSettings, open_run
 from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
-from ..scoring.chat import ChatFlags, select_template
+from ..scoring.chat import ChatFlags, run_template
 from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_duration, format_length
-from ..tasks.ruler.data import generate_instances, read_instances, write_instances
+from ..tasks.ruler.data import (
+    check_write_folder,
+    generate_instances,
+    instances_file,
+    read_instances,
+    write_instances,
+)
 from ..tasks.ruler.inputs import RulerInputs, token_counter
 from ..tasks.ruler.spec import load_ruler_task
 from ..tasks.specs import parse_tasks, spec_sha256
 
 DEFAULT_RULER_LENGTHS = "4K,8K,16K,32K,64K,128K"
+# What a run does with its instances, and how a message says it
+PREPARE, DATA, GENERATE = "prepare", "data", "generate"
+WHERE = {PREPARE: "with --prepare-only", DATA: "with --data-dir", GENERATE: "to a run that generates its instances"}
 
 
 @dataclass(kw_only=True)
@@ -65,6 +73,11 @@ class RulerSettings(ChatFlags, RunSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.prepare_only and not self.write_data:
+            raise fail("--prepare-only writes instances and nothing else", "pass --write-data DIR")
+        if self.data_dir and self.prepare_only:
+            raise fail("--data-dir reads prepared instances and --prepare-only writes them", "pass one of them")
+        self.check_modes()
         self.bos = bos_policy(self.bos)
         self.check_chat()
         self.batch_size = parse_batch_size(self.batch_size)
@@ -74,28 +87,61 @@ class RulerSettings(ChatFlags, RunSettings):
             raise fail(f"--num-samples must be at least 1, got {self.num_samples}")
         if not 0 <= self.threshold <= 100:  # NaN included
             raise fail(f"--threshold {self.threshold} is not a score from 0 to 100", "RULER's is 85.6")
-        if self.prepare_only and not self.write_data:
-            raise fail("--prepare-only writes instances and nothing else", "pass --write-data DIR")
-        if self.data_dir and (self.write_data or self.prepare_only):
-            raise fail("--data-dir reads prepared instances", "drop --write-data / --prepare-only with it")
         for flag in ("essays", "qa_data", "english_words", "data_dir"):
             value = getattr(self, flag)
             if value is not None and not Path(value).exists():
                 raise fail(f"--{flag.replace('_', '-')} {value}: no such file or folder", "check the path")
+        if self.write_data:
+            check_write_folder(self.write_data)
+        self.check_readers()
+
+    # flag -> (its default, the modes it applies to): one table, checked once; a flag at its default is not given
+    MODES: ClassVar[dict[str, tuple[Any, tuple[str, ...]]]] = {
+        "tokenizer": (None, (PREPARE,)),
+        **{name: (default, (PREPARE, GENERATE)) for name, default in (
+            ("write_data", None), ("seed", 42), ("essays", None), ("qa_data", None), ("english_words", None))},
+        **{name: (default, (GENERATE, DATA)) for name, default in (
+            ("samples", None), ("chat_template", None), ("system_instruction", None), ("bos", "auto"),
+            ("threshold", DEFAULT_THRESHOLD), ("batch_size", "auto"), ("resume", False), ("out", "reports/ruler.json"),
+            ("device", "cpu"), ("dtype", "float32"), ("kernels", None), ("chunk_parallel", 1),
+            ("dist_timeout", 1800.0))},
+    }  # fmt: skip
+    # flag -> (what a task must read for it to apply, whether a task file reads it)
+    READERS: ClassVar[dict[str, tuple[str, Any]]] = {
+        "essays": ("an essay haystack", lambda spec: spec["args"].get("type_haystack") == "essay"),
+        "qa_data": ("QA files (qa_1, qa_2)", lambda spec: spec["kind"] == "qa"),
+        "english_words": ("RULER's english words (cwe)", lambda spec: spec["kind"] == "common_words_extraction"),
+    }
+
+    @property
+    def mode(self) -> str:
+        """What the run does with its instances: prepare them, read them, or generate and answer them."""
+        return PREPARE if self.prepare_only else DATA if self.data_dir else GENERATE
+
+    def check_modes(self) -> None:
+        """Refuse a flag given for a mode it does not apply to (it would be ignored)."""
+        for name, (default, modes) in self.MODES.items():
+            if self.mode not in modes and getattr(self, name) != default:
+                flag = f"--{name.replace('_', '-')}"
+                raise fail(f"{flag} does not apply {WHERE[self.mode]} (it would be ignored)",
+                           f"use {flag} only {' or '.join(WHERE[m] for m in modes)}, or leave it out")  # fmt: skip
+
+    def check_readers(self) -> None:
+        """Refuse an input file that none of the tasks reads (it would be ignored)."""
+        specs = [load_ruler_task(name, self.include_path) for name in self.task_names]
+        for name, (what, reads) in self.READERS.items():
+            if getattr(self, name) is not None and not any(reads(spec) for spec in specs):
+                flag = f"--{name.replace('_', '-')}"
+                raise fail(f"{flag}: none of the tasks {', '.join(self.task_names)} reads {what} (it would be "
+                           "ignored)", f"drop {flag}, or add a task that reads it")  # fmt: skip
 
 
 def ruler_inputs(settings: RulerSettings) -> RulerInputs:
     """The essay text, QA folder and word list the generators read, from the flags (books stand in for essays)."""
-    from ..tasks.ruler.inputs import books_essay_text, read_essays
+    from ..tasks.ruler.inputs import books_essay_text, read_english_words, read_essays
 
     essay = read_essays(Path(settings.essays)) if settings.essays else books_essay_text()
-    words = None
-    if settings.english_words:
-        try:
-            words = list(json.loads(Path(settings.english_words).read_text(encoding="utf-8")).values())
-        except (OSError, ValueError, AttributeError) as e:
-            raise fail(f"--english-words {settings.english_words}: not RULER's english_words.json ({e})",
-                       "pass the file RULER's repository holds at scripts/data/synthetic/json/") from None  # fmt: skip
+    words = read_english_words(settings.english_words) if settings.english_words else None
     return RulerInputs(essay, Path(settings.qa_data) if settings.qa_data else None, words)
 
 
@@ -115,24 +161,33 @@ def data_facts(settings: RulerSettings, specs: dict[str, dict]) -> dict[str, Any
     if settings.qa_data:
         qa = {n: file_sha256(p) for n in ("squad.json", "hotpotqa.json") if (p := Path(settings.qa_data) / n).is_file()}
         data["qa_data"] = {"path": settings.qa_data, "sha256": qa}
-    if settings.data_dir:
-        data["data_dir"] = settings.data_dir
+    if settings.data_dir:  # the files read, by checksum: a resume with edited instances is another run
+        files = {f"{n}/{t}": cached_file_sha256(instances_file(settings.data_dir, n, t)) for t in specs
+                 for n in settings.lengths}  # fmt: skip
+        data["data_dir"] = {"path": settings.data_dir, "sha256": files}
     return data
 
 
 def prepare_ruler(settings: RulerSettings, progress: bool = True) -> list[Path]:
     """--prepare-only: write every (task, length)'s instances in RULER's layout under --write-data; no weights."""
-    from ..models import load_tokenizer, model_options
+    from ..models import load_tokenizer, model_options, naming
 
     spec = settings.tokenizer or settings.model
-    options = model_options(spec, settings.model_args)
-    count = token_counter(load_tokenizer(spec, **options))
-    inputs = ruler_inputs(settings)
+    with naming("--tokenizer" if settings.tokenizer else "--model", spec):
+        count = token_counter(load_tokenizer(spec, **model_options(spec, settings.model_args)))
+    specs = {name: load_ruler_task(name, settings.include_path) for name in settings.task_names}
+    return write_all(settings, specs, count, ruler_inputs(settings))
+
+
+def write_all(settings: RulerSettings, specs: dict[str, dict], count, inputs: RulerInputs, check=None) -> list[Path]:
+    """Generate every (task, length)'s instances (deterministic from the seed), `check(task, length, records)`
+    them, and write them under --write-data: every set, whichever units a resumed run or a rank still has to do."""
     written = []
-    for name in settings.task_names:
-        spec_ = load_ruler_task(name, settings.include_path)
+    for name, spec in specs.items():
         for length in settings.lengths:
-            records = generate_instances(spec_, count, length, settings.num_samples, settings.seed, inputs)
+            records = generate_instances(spec, count, length, settings.num_samples, settings.seed, inputs)
+            if check is not None:
+                check(name, length, records)
             written.append(write_instances(settings.write_data, length, name, records))
     return written
 
@@ -154,7 +209,7 @@ def run_ruler(settings: RulerSettings, progress: bool = True, on_unit=None) -> d
 
 def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInputs, data: dict) -> dict | None:
     lm = run.lm
-    template = select_template(lm, settings.chat_template) if settings.chat.on else None
+    template = run_template(lm, settings.chat)
     chosen = check_prompts(lm, settings.lengths, settings.bos, settings.chat)  # what `check` recorded
     bos = chosen["bos_effective"]
     encode = prompt_encoder(lm, bos, settings.chat, template)
@@ -162,15 +217,33 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
     cache: dict[tuple[str, int], list[dict]] = {}
     meter = PeakMemory(lm.device)
 
+    def fitted(task: str, length: int, i: int, record: dict) -> tuple:
+        """The instance's prompt as the model reads it, refused where it and the generation budget exceed `length`
+        (RULER's length counts the prompt without special tokens, and the tokens to generate)."""
+        ids, text, at = encode(record["input"], record["answer_prefix"])
+        budget = specs[task]["tokens_to_generate"]
+        if len(ids) - bos + budget > length:
+            raise fail(f"ruler {task} at length {length}, instance {i}: its prompt as the model reads it holds "
+                       f"{len(ids) - bos:,} tokens{' after BOS' if bos else ''}, and with its {budget} tokens to "
+                       f"generate that is {len(ids) - bos + budget:,}, past the length",
+                       overflow_fix(settings))  # fmt: skip
+        return ids, text, at
+
+    def check_set(task: str, length: int, records: list[dict]) -> None:
+        for i, record in enumerate(records):  # each prompt dropped once checked: one set holds 500 long prompts
+            fitted(task, length, i, record)
+
+    if settings.write_data and run.ctx.is_main:  # every set, before any unit: resumed units and other ranks' too
+        write_all(settings, specs, count, inputs, check_set)
+
     def instances(task: str, length: int) -> list[dict]:
         if (task, length) not in cache:
             cache.clear()  # units go task by task, length by length: keep one set of instances alive
-            if settings.data_dir:
-                cache[task, length] = read_instances(settings.data_dir, length, task, settings.num_samples)
+            if settings.data_dir or (settings.write_data and run.ctx.is_main):  # written above: read them back
+                folder = settings.data_dir or settings.write_data
+                cache[task, length] = read_instances(folder, length, task, settings.num_samples)
             else:
                 records = generate_instances(specs[task], count, length, settings.num_samples, settings.seed, inputs)
-                if settings.write_data and run.ctx.is_main:
-                    write_instances(settings.write_data, length, task, records)
                 cache[task, length] = records
         return cache[task, length]
 
@@ -179,7 +252,7 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
         records = []
         for task, length in dict.fromkeys((t, n) for t, n, _ in batch):
             spec, chosen = specs[task], [i for t, n, i in batch if (t, n) == (task, length)]
-            prompts = [encode(r["input"], r["answer_prefix"]) for r in (instances(task, length)[i] for i in chosen)]
+            prompts = [fitted(task, length, i, instances(task, length)[i]) for i in chosen]
             answers, measured = answer_measured(run, [ids for ids, _, _ in prompts], spec["tokens_to_generate"],
                                                 False, size, meter)  # fmt: skip
             for i, (ids, text, _), answer in zip(chosen, prompts, answers, strict=True):
@@ -207,6 +280,18 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
     samples = [without_measurements(r) for r in records]
     effective = {**chosen, "chat_template_effective": template and template.facts(), "batch_size_effective": size}
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
+
+
+def overflow_fix(settings: RulerSettings) -> str:
+    """What to do about a prompt longer than its length: drop what lengthened it, or prepare it for what it is."""
+    if settings.chat.on or settings.system_instruction:
+        return (
+            "drop --system-instruction / --chat-template (RULER's base-mode instances leave no room for them), "
+            "or prepare instances with room for them"
+        )
+    if settings.data_dir:
+        return "prepare the instances for this model's tokenizer (megaeval ruler --prepare-only --tokenizer MODEL)"
+    return "use a task file with fewer tokens_to_generate, or a longer --lengths"
 
 
 def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, int]]) -> None:

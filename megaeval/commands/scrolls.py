@@ -11,6 +11,12 @@ documents lose tokens (--truncation middle|left|right), never a question, an ans
 cue. The exemplars' documents are cut once per task to an equal share of what the non-document parts
 leave, so the prefix stays the same for every example and is still read once; the example gets the
 rest (the rule: `megaeval.tasks.scrolls.docs`). Answers are greedy, and stop at EOS or at a stop string.
+Questions on one document share its reading (`--share-documents`, the default): the examples are grouped by
+document, a group is one unit of work (one resume line, never split across ranks), and the start its fitted prompts
+share (a state-carrying model: the whole document; a fixed-context model: as far as the cuts agree) is read once,
+each question branching from a copy of that state. Each task's report says how many prompt tokens were read
+(`prompt_tokens_read`) and how many reading each prompt whole would read (`prompt_tokens_naive`), the prefix
+counted once in both; `--no-share-documents` reads each prompt whole, with the same predictions.
 Examples and prompts: `tasks.scrolls.docs`; choices, examples and exemplars, read before the model loads:
 `tasks.scrolls.prepare`; the prefix and the answers: `tasks.scrolls.evaluate`; scores, and given predictions
 (`--predictions`, no model): `tasks.scrolls.results`. This module wires them to the run skeleton.
@@ -28,7 +34,6 @@ The report records the flags, the template's name and sha256 (`chat_template_eff
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,13 +46,13 @@ from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.report import build_report, environment
 from ..runs.run import check_run_outputs
-from ..scoring.chat import ChatFlags, chat_bos, select_template
+from ..scoring.chat import ChatFlags, chat_bos, run_template
 from ..scoring.generate import parse_batch_size, rows_per_batch
 from ..scoring.loglik import read_prefix
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.data import data_folders
-from ..tasks.scrolls.docs import TRUNCATIONS, Example, PromptForm
-from ..tasks.scrolls.evaluate import evaluate_examples, first_prompt, fit_prefix, opening, prompt_form
+from ..tasks.scrolls.docs import TRUNCATIONS, Example, PromptForm, document_groups
+from ..tasks.scrolls.evaluate import READ, evaluate_examples, first_prompt, fit_prefix, opening, prompt_form
 from ..tasks.scrolls.prepare import ScrollsTask, prepare_scrolls_task
 from ..tasks.scrolls.results import prediction_results, scrolls_results
 from ..tasks.specs import parse_tasks
@@ -75,6 +80,7 @@ class ScrollsSettings(ChatFlags, RunSettings):
     predictions: str | None = None
     allow_partial: bool = False
     batch_size: str | int = "auto"  # examples answered together; results do not depend on it
+    share_documents: bool = True  # questions on one document read it once (False: each prompt whole, the reference)
     out: str = "reports/scrolls.json"
     samples: str | None = None
 
@@ -98,6 +104,10 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
         given = "--chat-template" if settings.chat_template is not None else "--system-instruction"
         raise fail(f"--predictions scores the predictions in {settings.predictions} without prompting a model, so "
                    f"{given} would be ignored", f"drop {given}, or drop --predictions")  # fmt: skip
+    if settings.predictions is not None and not settings.share_documents:
+        raise fail(f"--predictions scores the predictions in {settings.predictions} without reading documents, so "
+                   "--no-share-documents would be ignored",
+                   "drop --no-share-documents, or drop --predictions")  # fmt: skip
     if settings.truncation not in TRUNCATIONS:
         raise fail(f"unknown --truncation {settings.truncation!r}", f"use {', '.join(TRUNCATIONS)}")
     if settings.limit is not None and settings.limit < 1:
@@ -119,7 +129,7 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
         if not settings.chat.on and not settings.system_instruction:
             effective["bos_effective"] = resolve_bos(lm, settings.bos)
             return effective  # a resume must read the same tokens
-        template = select_template(lm, settings.chat_template) if settings.chat.on else None
+        template = run_template(lm, settings.chat)
         forms.update({name: prompt_form(task, template, settings.chat) for name, task in tasks.items()})
         name = next(iter(tasks))
         effective.update(bos_effective=chat_bos(lm, settings.bos, opening(forms[name], tasks[name])),
@@ -142,38 +152,44 @@ def _generate(
     prefixes: dict[str, State] = {}  # each task's prefix state, read when its first example comes
     meter = PeakMemory(lm.device)
 
-    def measure(sizes: list[int]) -> Callable[[State], None]:  # each prompt's state size (a group: its largest)
-        return lambda state: sizes.append(group_max(run.ctx.chunk, state.nbytes()))
+    def measure(state: State) -> dict[str, int]:  # each prompt's state size (a group: its largest)
+        return {STATE: group_max(run.ctx.chunk, state.nbytes())}
 
-    def compute_batch(batch: list[tuple[str, Example]]) -> list[dict[str, Any]]:
-        """Examples' records in order (units come task by task), those of one task answered together (`size` at a
-        time); each gets the peak memory of its task's part of the batch."""
-        records: list[dict[str, Any]] = []
+    def compute_batch(batch: list[tuple[str, list[Example]]]) -> list[dict[str, Any]]:
+        """Document groups' records (one {"examples": [...]} each) in order; the examples of one task answered
+        together (`size` rows at a time), each getting the peak memory of its task's part of the batch."""
+        answered: dict[tuple[str, str], dict[str, Any]] = {}
         for name in dict.fromkeys(n for n, _ in batch):
             if name not in prefixes:
                 prefixes[name] = read_prefix(lm, fits[name].ids).state
-            examples = [example for n, example in batch if n == name]
-            sizes: list[int] = []
+            examples = [example for n, group in batch if n == name for example in group]
             meter.reset()
-            answered = evaluate_examples(lm, tasks[name], fits[name], prefixes[name], examples, settings.truncation,
-                                         measure(sizes), size)  # fmt: skip
+            records = evaluate_examples(lm, tasks[name], fits[name], prefixes[name], examples, settings.truncation,
+                                        measure, size, settings.share_documents)  # fmt: skip
             peak = group_max(run.ctx.chunk, meter.peak())
-            records += [{**r, MEMORY: peak, STATE: b} for r, b in zip(answered, sizes, strict=True)]
-        return records
+            answered.update({(name, r["id"]): {**r, MEMORY: peak} for r in records})
+        return [{"examples": [answered[name, ex.id] for ex in group]} for name, group in batch]
 
     size = rows_per_batch(lm, settings.batch_size, lm.max_context or 4096)
-    units = [(name, example) for name, task in tasks.items() for example in task.examples]
-    records = run.map(units, key=lambda u: [u[0], u[1].id], compute=lambda u: compute_batch([u])[0],
-                      unit_name="examples", describe=lambda u: u[0], batch=size,
-                      compute_batch=compute_batch)  # fmt: skip
-    if records is None:
+    units = [(name, group) for name, task in tasks.items() for group in document_groups(task.examples)]
+    examples = sum(len(group) for _, group in units)
+    per_batch = max(1, size * len(units) // max(examples, 1))  # groups per batch: about `size` examples
+    done = run.map(units, key=lambda u: [u[0], *(ex.id for ex in u[1])], compute=lambda u: compute_batch([u])[0],
+                   unit_name="examples", weight=lambda u: len(u[1]), describe=lambda u: u[0], batch=per_batch,
+                   compute_batch=compute_batch)  # fmt: skip
+    if done is None:
         return None  # not rank 0
+    by_id = {(r["task"], r["id"]): r for unit in done for r in unit["examples"]}
+    records = [by_id[name, ex.id] for name, task in tasks.items() for ex in task.examples]  # the examples' order
     results = scrolls_results(tasks, records)
     for name in results:
         mine = [r for r in records if r["task"] == name]
         results[name].update({key: max(r.get(key, 0) for r in mine) for key in MEASURED})
         results[name]["peak_memory_method"] = meter.method
-    samples = [{k: v for k, v in r.items() if k not in MEASURED} for r in records]  # no measurements
+        prefix = len(fits[name].ids)  # read once for the task either way
+        results[name]["prompt_tokens_read"] = prefix + sum(r[READ] for r in mine)
+        results[name]["prompt_tokens_naive"] = prefix + sum(r["prompt_tokens"] - prefix for r in mine)
+    samples = [{k: v for k, v in r.items() if k not in (*MEASURED, READ)} for r in records]  # no measurements
     per_task = {name: {**task.chosen, "context_fit": fits[name].facts} for name, task in tasks.items()}
     if forms:  # with a chat template or a system instruction: the first example's prompt as read
         for name, task in tasks.items():
@@ -189,9 +205,9 @@ def _score_predictions(settings: ScrollsSettings, tasks: dict[str, ScrollsTask],
     records, results = prediction_results(path, tasks, settings.allow_partial)
     model = {"spec": None, "predictions": str(path), "predictions_sha256": file_sha256(path)}
     per_task = {name: task.chosen for name, task in tasks.items()}
+    if settings.samples:
+        data = {**data, "samples_sha256": write_jsonl_atomic(settings.samples, records)}
     report = build_report("scrolls", {**asdict(settings), "per_task": per_task}, model, data, results,
                           environment("cpu", "none"))  # fmt: skip
-    if settings.samples:
-        write_jsonl_atomic(settings.samples, records)
     write_json_atomic(settings.out, report)
     return report

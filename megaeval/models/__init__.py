@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import fail
-from ..tokenizers import check_tokenizer
+from ..errors import MegaevalError, fail
+from ..tokenizers import TOKENIZER_FILES, SentencePieceTokenizer, check_tokenizer
 from .base import State, StreamingLM, Tokenizer
 from .options import check_option_types, parse_model_args
 from .registry import Family, chunk_parallel_lm, families, family_defaults, register, route
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"  # the embedded models, one directory each
 DEFAULT_MODEL = ASSETS / "megalodon-tiny"
+FOLDER_HOLDS = {"megalodon": "config.json and consolidated*.pth"}  # what a family's checkpoint folder holds
 EMBEDDED = "embedded"  # spec prefix: embedded:NAME is the model in ASSETS / NAME
 
 DTYPES = {
@@ -54,6 +57,11 @@ def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
         text, sep = str(ASSETS / rest), ""
     elif sep and prefix in known:
         path = Path(rest).expanduser()
+        if path.is_file() and not (prefix == "hf" and path.suffix == ".gguf"):
+            holds = FOLDER_HOLDS.get(prefix, "its config.json and weights")
+            what = "a sentencepiece tokenizer file" if path.suffix == ".model" else "a file"
+            raise fail(f"{text} is {what}, but a {prefix} checkpoint is a folder holding {holds}",
+                       "pass the checkpoint folder" + (" (or a .gguf file)" if prefix == "hf" else ""))  # fmt: skip
         return route(path, prefix) or prefix, path
     path = Path(text).expanduser()
     if sep and not path.exists() and prefix.isidentifier():
@@ -64,6 +72,10 @@ def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
     name = route(path)
     if name is not None:
         return name, path
+    if lone_tokenizer(text) is not None:
+        raise fail(f"{text} is a tokenizer without a model (no weights)",
+                   "pass a checkpoint folder (or FAMILY:PATH); a tokenizer alone serves only where one is asked for, "
+                   "as --tokenizer")  # fmt: skip
     config = path / "config.json"
     if config.is_file():
         try:
@@ -134,6 +146,8 @@ def model_options(spec: str | Path | None, model_args: dict[str, Any], **flags: 
     A flag the family does not take (e.g. --norm-stats for a Transformer) is an error unless it has
     the default value of the family that does take it.
     """
+    if lone_tokenizer(spec) is not None and not any(v is not None for v in flags.values()):
+        return dict(model_args)  # a tokenizer alone: `load_tokenizer` checks what it takes
     name, _ = parse_spec(spec)
     known = families()
     options = dict(model_args)
@@ -155,15 +169,66 @@ def model_options(spec: str | Path | None, model_args: dict[str, Any], **flags: 
 
 
 def load_tokenizer(spec: str | Path | None = None, **options: Any) -> Tokenizer:
-    """The tokenizer of a model spec (same options as `load_model`), without loading the weights."""
+    """The tokenizer of a model spec (same options as `load_model`), without loading the weights; or a tokenizer
+    alone (`lone_tokenizer`). Callers name the flag that gave `spec` with `naming`."""
+    alone = lone_tokenizer(spec)
+    if alone is not None:
+        tok = _load_alone(*alone, options)
+        check_tokenizer(tok, "pass the tokenizer files the model was trained with")
+        return tok
     name, path = parse_spec(spec)
     family = families()[name]
     _check_options(family, options)
     return _checked_tokenizer(family, family.load_tokenizer(path, **options))
 
 
+def lone_tokenizer(spec: str | Path | None) -> tuple[str, Path] | None:
+    """("hf", folder) for a transformers tokenizer folder without a model (tokenizer files, no config.json, no
+    GGUF; as DIR or hf:DIR), ("sentencepiece", file) for a sentencepiece .model file (as FILE, megalodon:FILE or
+    rfa:FILE); None for anything else."""
+    if spec is None:
+        return None
+    prefix, sep, rest = str(spec).partition(":")
+    path = Path(rest if sep and prefix in families() else str(spec)).expanduser()
+    prefix = prefix if sep and prefix in families() else None
+    if path.is_dir() and prefix in (None, "hf") and not (path / "config.json").exists():
+        if not any(path.glob("*.gguf")) and any((path / name).is_file() for name in TOKENIZER_FILES):
+            return "hf", path
+    if path.is_file() and path.suffix == ".model" and prefix in (None, "megalodon", "rfa"):
+        return "sentencepiece", path
+    return None
+
+
+def _load_alone(kind: str, path: Path, options: dict[str, Any]) -> Tokenizer:
+    takes = ("trust_remote_code",) if kind == "hf" else ()
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise fail(f"option(s) {', '.join(unknown)} do not apply to a tokenizer without a model ({path})",
+                   "leave them out" + (f" (a {kind} tokenizer takes {', '.join(takes)})" if takes else ""))  # fmt: skip
+    if kind == "sentencepiece":
+        return SentencePieceTokenizer(path)
+    from .hf.adapter import HFTokenizer
+    from .hf.checkpoint import read_tokenizer
+    from .options import as_bool
+
+    trust = as_bool("trust_remote_code", options.get("trust_remote_code", False))
+    return HFTokenizer(read_tokenizer(path, None, trust, "pass a folder of transformers tokenizer files"), str(path))
+
+
+@contextmanager
+def naming(flag: str | None, spec: str | Path | None) -> Iterator[None]:
+    """Refusals inside name `flag` (and the spec it was given) unless they already do."""
+    try:
+        yield
+    except MegaevalError as e:
+        if flag is None or str(e).startswith(flag):
+            raise
+        raise MegaevalError(f"{flag} {spec}: {e}") from None
+
+
 __all__ = [
     "ASSETS", "DEFAULT_MODEL", "Family", "State", "StreamingLM", "Tokenizer", "chunk_parallel_lm", "embedded_models",
     "families", "family_defaults", "load_model",
-    "load_tokenizer", "model_options", "parse_device", "parse_dtype", "parse_model_args", "parse_spec", "register",
+    "load_tokenizer", "lone_tokenizer", "model_options", "naming", "parse_device", "parse_dtype", "parse_model_args",
+    "parse_spec", "register",
 ]  # fmt: skip

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import platform
+import re
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import fail
+from ..text import read_json
 
 SCHEMA_VERSION = 1
 
@@ -81,18 +83,17 @@ def model_facts(lm: Any) -> dict[str, Any]:
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
-    """Read a report, checking that it is one this version understands and that its results are well formed."""
+    """Read a report (UTF-8 JSON, through megaeval.text), checking that it is one this version understands and that
+    every field `report`, its HTML page and `plot` read is well formed: one line naming the field otherwise."""
     path = Path(path)
+    fix = "pass the report.json files written by --out"
     try:
-        if path.is_dir():
-            raise fail(f"{path} is a folder, not a report", "pass the report.json files written by --out")
-        report = json.loads(path.read_text(encoding="utf-8"))
+        os.stat(path)
     except FileNotFoundError:
-        raise fail(f"report not found: {path}", "pass the report.json files written by --out") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise fail(f"{path} is not valid JSON ({e})", "pass the report.json files written by --out") from None
-    except OSError as e:
-        raise fail(f"cannot read {path}: {e.strerror or e}", "check the path and its permissions") from None
+        raise fail(f"report not found: {path}", fix) from None
+    except OSError:
+        pass  # read_json names the reason
+    report = read_json(path, "report", fix)
     if not isinstance(report, dict) or "schema_version" not in report or "results" not in report:
         raise fail(f"{path} is not a megaeval report", "pass files written by megaeval --out")
     version = report["schema_version"]
@@ -109,8 +110,23 @@ def load_report(path: str | Path) -> dict[str, Any]:
         if not isinstance(report.get(key, {}), dict):
             raise fail(f"{path}: {key} is {report[key]!r:.40}, not an object",
                        "pass an unedited report written by megaeval --out")  # fmt: skip
+    _check_sections(report, path)
     _check_results(report, path)
     return report
+
+
+def _check_sections(report: dict[str, Any], path: Path) -> None:
+    """The fields outside `results` that `report` and the page read: the date, the samples file's name and sha256."""
+    fix = "pass an unedited report written by megaeval --out"
+    checks = (("environment", "date", str, "a date"), ("settings", "samples", str, "a file name"),
+              ("data", "samples_sha256", str, "a sha256"), ("data", "tokens_scored", int, "a count"))  # fmt: skip
+    for section, key, kind, what in checks:
+        value = report.get(section, {}).get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise fail(f"{path}: {section}.{key} is {value!r:.40}, not {what}", fix)
+    digest = report.get("data", {}).get("samples_sha256")
+    if digest is not None and re.fullmatch(r"[0-9a-f]{64}", digest) is None:
+        raise fail(f"{path}: data.samples_sha256 is {digest!r:.40}, not a sha256", fix)
 
 
 COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl", "babilong")
@@ -132,9 +148,12 @@ def _check_tasks(results: dict[str, Any], broken: str, fix: str) -> None:
         metric = res.get("metric")
         if not isinstance(metric, str) or metric not in res:
             raise fail(f"{broken}: results.{task}.metric is {metric!r:.40}, not the name of one of its scores", fix)
-        value = res[metric]
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
-            raise fail(f"{broken}: results.{task}.{metric} is {value!r:.40}, not a number", fix)
+        for key, value in res.items():  # the headline metric and every standard error: a number or null
+            if (key == metric or key.endswith("_stderr")) and value is not None and not _number(value):
+                raise fail(f"{broken}: results.{task}.{key} is {value!r:.40}, not a number", fix)
+    average = results.get("average")
+    if average is not None and not _number(average):
+        raise fail(f"{broken}: results.average is {average!r:.40}, not a number", fix)
 
 
 def _check_needle(results: dict[str, Any], path: Path, fix: str) -> None:
@@ -191,6 +210,7 @@ def _check_ruler(results: dict[str, Any], path: Path, fix: str) -> None:
             raise fail(f"{broken}: results.tasks.{task}.lengths is missing or malformed", fix)
         if len({r["length"] for r in rows}) != len(rows):
             raise fail(f"{path}: results.tasks.{task}.lengths holds a length twice", fix)
+        _check_lengths(rows, f"results.tasks.{task}.lengths", path, fix)
     rows = results.get("lengths")
     if (
         not isinstance(rows, list)
@@ -198,12 +218,19 @@ def _check_ruler(results: dict[str, Any], path: Path, fix: str) -> None:
         or not all(isinstance(r, dict) and _number(r.get("length")) and _number(r.get("average")) for r in rows)
     ):
         raise fail(f"{broken}: results.lengths is missing or malformed", fix)
+    _check_lengths(rows, "results.lengths", path, fix)
     for key in ("average", "wavg_inc", "wavg_dec", "threshold"):
         if not _number(results.get(key)):
             raise fail(f"{broken}: results.{key} is {results.get(key)!r:.40}, not a number", fix)
     effective = results.get("effective_length")
-    if effective is not None and not _number(effective):
+    if effective is not None and not (_number(effective) and isinstance(effective, int) and effective > 0):
         raise fail(f"{broken}: results.effective_length is {effective!r:.40}, not a length", fix)
+
+
+def _check_lengths(rows: list[dict[str, Any]], where: str, path: Path, fix: str) -> None:
+    for r in rows:
+        if not isinstance(r["length"], int) or r["length"] < 1:
+            raise fail(f"{path}: {where} holds length {r['length']!r:.40}, not a positive whole number", fix)
 
 
 def _check_longppl(results: dict[str, Any], path: Path, fix: str) -> None:
@@ -243,6 +270,9 @@ def _check_babilong(results: dict[str, Any], path: Path, fix: str) -> None:
         accuracies = [cells.get(r["length"]) if isinstance(cells, dict) else None for r in rows]
         if not all(isinstance(a, dict) and _number(a.get("accuracy")) for a in accuracies):
             raise fail(f"{broken}: results.tasks.{task} lacks an accuracy at one of the lengths", fix)
+        for length, cell in cells.items():
+            if not isinstance(cell, dict) or not _number(cell.get("accuracy")):
+                raise fail(f"{broken}: results.tasks.{task}.{length} has no accuracy", fix)
     averaged = results.get("average_of")
     if not isinstance(averaged, list) or not averaged or not all(isinstance(t, str) for t in averaged):
         raise fail(f"{broken}: results.average_of is missing or malformed", fix)
@@ -272,24 +302,46 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
         if report.get("command") == "needle":
             _check_needle(results, path, fix)
         return
+    _check_sweep(results, broken, fix)
+
+
+SWEEP_NUMBERS = ("ppl", "nll_sum", "longppl", "n_key_tokens", "bits_per_byte", "word_ppl", "tokens_per_second",
+                 "peak_memory_bytes", "model_flops_per_token", "achieved_tflops", "mfu")  # fmt: skip
+
+
+def _check_sweep(results: dict[str, Any], broken: str, fix: str) -> None:
+    """A ppl-sweep report's rows (each context length once, its numbers numbers or null) and position curves
+    (buckets [start, end) with 0 <= start < end)."""
     rows = results.get("lengths")
     if not isinstance(rows, list) or not rows:
         raise fail(f"{broken}: results.lengths is missing or empty", fix)
+    seen = set()
     for i, row in enumerate(rows):
         length = row.get("context_length") if isinstance(row, dict) else None
         if not isinstance(length, int) or isinstance(length, bool) or length < 1:
             raise fail(f"{broken}: results.lengths[{i}].context_length is {length!r}, not a positive integer", fix)
+        if length in seen:
+            raise fail(f"{broken}: results.lengths holds context_length {length} twice", fix)
+        seen.add(length)
         for key in ("ppl", "nll_sum"):
             if key not in row:
                 raise fail(f"{broken}: results.lengths[{i}] has no {key}", fix)
-        for key in ("ppl", "nll_sum", "bits_per_byte", "word_ppl", "tokens_per_second", "peak_memory_bytes",
-                    "model_flops_per_token", "achieved_tflops", "mfu"):  # fmt: skip
+        for key in SWEEP_NUMBERS:
             value = row.get(key)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            if value is not None and not _number(value):
                 raise fail(f"{broken}: results.lengths[{i}].{key} is {value!r:.40}, not a number", fix)
     curves = results.get("position_curve", [])
-    if not isinstance(curves, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("buckets"), list) and isinstance(c.get("context_length"), int)
-        for c in curves
-    ):
+    if not isinstance(curves, list):
         raise fail(f"{broken}: results.position_curve is malformed", fix)
+    for i, curve in enumerate(curves):
+        length = curve.get("context_length") if isinstance(curve, dict) else None
+        buckets = curve.get("buckets") if isinstance(curve, dict) else None
+        if not isinstance(length, int) or isinstance(length, bool) or length < 1 or not isinstance(buckets, list):
+            raise fail(f"{broken}: results.position_curve[{i}] is malformed", fix)
+        for j, b in enumerate(buckets):
+            start, end = (b.get("start"), b.get("end")) if isinstance(b, dict) else (None, None)
+            whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end))
+            mean = b.get("mean_nll") if isinstance(b, dict) else None
+            if not whole or not 0 <= start < end or (mean is not None and not _number(mean)):
+                raise fail(f"{broken}: results.position_curve[{i}].buckets[{j}] is not a bucket [start, end) with "
+                           "0 <= start < end and a mean_nll", fix)  # fmt: skip

@@ -116,10 +116,10 @@ class Run:
         if self.journal is None:
             return None
         env = {**environment(self.lm.device, self.lm.dtype), **self.ctx.describe()}
-        report = build_report(self.command, settings, self.facts, data, results, env)
         samples_path = self.settings.samples_path()
-        if samples_path and samples is not None:
-            write_jsonl_atomic(samples_path, samples)
+        if samples_path and samples is not None:  # the report names its samples file by contents, not by name
+            data = {**data, "samples_sha256": write_jsonl_atomic(samples_path, samples)}
+        report = build_report(self.command, settings, self.facts, data, results, env)
         write_json_atomic(self.out, report)
         self.journal.finish()
         return report

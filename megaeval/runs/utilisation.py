@@ -23,6 +23,7 @@ import torch
 from ..errors import fail
 
 PEAK_CHOICES = "auto, measure, or a positive number of TFLOP/s per device"
+PEAK_RANGE = (1e-3, 1e6)  # TFLOP/s per device: a slow CPU core to far past any accelerator
 MATMUL_SIZE = 8192
 MATMUL_REPEATS = 10
 
@@ -62,6 +63,10 @@ def parse_peak(text: str) -> float | None:
         value = float("nan")
     if not 0 < value < float("inf"):
         raise fail(f"bad --peak-tflops {text!r}", f"use {PEAK_CHOICES}")
+    low, high = PEAK_RANGE
+    if not low <= value <= high:  # 5e-324 would give an infinite MFU, which no report can hold
+        raise fail(f"--peak-tflops {text} is no device's peak (megaeval takes {low:g} to {high:,.0f} TFLOP/s)",
+                   f"use {PEAK_CHOICES} in that range")  # fmt: skip
     return value
 
 

@@ -46,6 +46,7 @@ class ChatFormat:
 
 
 BASE = ChatFormat()  # base-model mode: no template, no system instruction
+PROBE = "Is this question kept? 7461"  # the user text a template is probed with once per run
 
 
 def chat_format(template: str | None, system_instruction: str | None, fewshot_as_multiturn: bool | None) -> ChatFormat:
@@ -157,9 +158,11 @@ class ChatTemplate:
         return {"name": self.name, "sha256": self.sha256, "system_turn_dropped": self.system_dropped}
 
     def render(self, turns: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """The turns as the template writes them (no tokens): a generation prompt, or the last turn continued."""
+        """The turns as the template writes them (no tokens): a generation prompt, or the last turn continued. A
+        system turn the template drops (raising on it, as lm-eval then renders without it, or skipping it) is
+        recorded in `system_dropped`."""
         try:
-            return self._render(turns, add_generation_prompt)
+            text = self._render(turns, add_generation_prompt)
         except Exception as e:
             if type(e).__module__.split(".")[0] != "jinja2" or not any(t["role"] == "system" for t in turns):
                 raise self._broken(e) from None
@@ -168,6 +171,22 @@ class ChatTemplate:
                 return self._render([t for t in turns if t["role"] != "system"], add_generation_prompt)
             except Exception as again:
                 raise self._broken(again) from None
+        if any(t["role"] == "system" and t["content"].strip() not in text for t in turns):
+            self.system_dropped = True  # rendered without raising, but without the system text
+        return text
+
+    def probe(self, system: str | None = None) -> ChatTemplate:
+        """The template itself, after checking once that it writes a user's text into the prompt (a template that
+        renders only role markers would have every prompt scored without its task) and whether it keeps the
+        `system` instruction (`system_dropped` then says so)."""
+        text = self.render(
+            ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": PROBE}]
+        )
+        if not isinstance(text, str) or PROBE not in text:
+            raise fail(f"--chat-template: the chat template {self.name!r} drops the user's text (a user turn "
+                       f"{PROBE!r} renders as {str(text)[:60]!r})",
+                       "fix the template in its tokenizer_config.json, or drop --chat-template")  # fmt: skip
+        return self
 
     def _render(self, turns: list[dict[str, str]], add_generation_prompt: bool) -> str:
         return self.tok.apply_chat_template(turns, chat_template=self.text, tokenize=False,
@@ -175,22 +194,23 @@ class ChatTemplate:
                                             continue_final_message=not add_generation_prompt)  # fmt: skip
 
     def _broken(self, e: Exception) -> Exception:
-        if type(e).__module__.split(".")[0] not in ("jinja2", "transformers") and not isinstance(e, ValueError):
-            return e
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        """Any error the template raises as one line (a template is code the user brought: a TypeError in it is
+        their input's fault, not megaeval's)."""
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         return fail(f"--chat-template: the chat template {self.name!r} cannot be rendered ({type(e).__name__}: "
                     f"{reason})", "fix the template in its tokenizer_config.json, or drop --chat-template")  # fmt: skip
 
 
-def select_template(lm: StreamingLM, name: str | None) -> ChatTemplate:
-    """The model's chat template (`name` "" or None: its only or default one), refused in one line when absent."""
+def select_template(lm: StreamingLM, name: str | None, system: str | None = None) -> ChatTemplate:
+    """The model's chat template (`name` "" or None: its only or default one), refused in one line when absent or
+    when it drops the user's text; probed once for whether it keeps the `system` instruction."""
     tok = getattr(lm.tokenizer, "tok", None)
     templates = getattr(tok, "chat_template", None)
     if not templates:
         raise fail(f"--chat-template: the tokenizer of {lm.spec} has no chat template",
                    "drop --chat-template (a base model reads the prompt as it is)")  # fmt: skip
     if isinstance(templates, dict):
-        names = ", ".join(sorted(templates))
+        names = ", ".join(sorted(map(str, templates)))
         chosen = name or ("default" if "default" in templates else None)
         if chosen is None:
             raise fail(f"--chat-template: the tokenizer of {lm.spec} has several chat templates ({names}) and no "
@@ -198,11 +218,24 @@ def select_template(lm: StreamingLM, name: str | None) -> ChatTemplate:
         if chosen not in templates:
             raise fail(f"--chat-template {chosen}: the tokenizer of {lm.spec} has no template of that name",
                        f"use one of: {names}")  # fmt: skip
-        return ChatTemplate(chosen, templates[chosen], tok)
+        return ChatTemplate(chosen, _template_text(templates[chosen], chosen, lm), tok).probe(system)
     if name and name != "default":
         raise fail(f"--chat-template {name}: the tokenizer of {lm.spec} has one chat template, without a name",
                    "pass --chat-template without a name")  # fmt: skip
-    return ChatTemplate("default", templates, tok)
+    return ChatTemplate("default", _template_text(templates, "default", lm), tok).probe(system)
+
+
+def run_template(lm: StreamingLM, chat: ChatFormat) -> ChatTemplate | None:
+    """The template a run's prompts render with (None in base mode), selected and probed once."""
+    return select_template(lm, chat.template, chat.system_instruction) if chat.on else None
+
+
+def _template_text(template: Any, name: str, lm: StreamingLM) -> str:
+    if not isinstance(template, str) or not template.strip():
+        raise fail(f"--chat-template: the chat template {name!r} of {lm.spec} is {type(template).__name__} "
+                   f"{str(template)[:40]!r}, not a Jinja template text",
+                   "fix chat_template in its tokenizer_config.json, or drop --chat-template")  # fmt: skip
+    return template
 
 
 def render_turns(template: ChatTemplate | None, turns: list[Message], multiturn: bool) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cmp_to_key
 
 import numpy as np
 import torch
@@ -219,6 +220,68 @@ def branch_prompts(
         if after_prompt is not None:
             after_prompt(branch)
         yield logits, branch
+
+
+def tree_order(prompts: Sequence[Sequence[int] | np.ndarray]) -> list[int]:
+    """The order `branch_tree` reads prompts in: by their tokens (ties as given), so prompts sharing a start meet."""
+    arrays = [np.asarray(p) for p in prompts]
+
+    def compare(i: int, j: int) -> int:
+        a, b = arrays[i], arrays[j]
+        n = _common_prefix(a, b)
+        if n == len(a) or n == len(b):
+            return len(a) - len(b)  # a start sorts first
+        return -1 if a[n] < b[n] else 1
+
+    return sorted(range(len(arrays)), key=cmp_to_key(compare))
+
+
+def branch_tree(
+    lm: StreamingLM, prompts: Sequence[Sequence[int] | np.ndarray], state: State,
+    after_prompt: Callable[[State], None] | None = None, counts: list[int] | None = None,
+) -> Iterator[tuple[int, torch.Tensor, State]]:  # fmt: skip
+    """Each prompt read from `state` (which is not changed), every start that prompts share read once: yields (its
+    index, its last logits, its state) in `tree_order`, a depth-first walk of the prompts' prefix tree.
+
+    A stack holds a state at each depth where a later prompt leaves the current one's path (the running minima of
+    the common starts ahead, each state read from the one below it); a prompt branches from a copy of the deepest
+    (from the deepest itself when no later prompt needs it) and reads the rest, at least its last token. Unlike
+    `branch_prompts`, a prompt that shares less with the next one than with the previous one re-reads nothing.
+    `after_prompt` sees each prompt's state once it is read; `counts[i]` gets the tokens read for prompt i (its
+    branch and the stack's states it added), so that they sum to the tokens the model read."""
+    ids = [np.asarray(p, dtype=np.int64) for p in prompts]
+    counts = counts if counts is not None else [0] * len(ids)
+    order = tree_order(ids)
+    common = [_common_prefix(ids[a], ids[b]) for a, b in zip(order, order[1:], strict=False)]
+    stack: list[tuple[int, State]] = [(0, state)]  # (tokens read, state): starts of the current prompt
+    for k, i in enumerate(order):
+        p = ids[i]
+        while stack[-1][0] > min(common[k - 1] if k else 0, len(p) - 1):  # states this prompt does not start with
+            stack.pop()
+        depths: list[int] = []  # where later prompts leave this one, deepest first
+        low = len(p) - 1
+        for c in common[k:]:
+            low = min(low, c)
+            if low <= stack[-1][0]:
+                break
+            if not depths or depths[-1] != low:
+                depths.append(low)
+        for depth in reversed(depths):
+            at, below = stack[-1]
+            stack.append((depth, read(lm, p[at:depth], below.clone(), logits=False)[1]))
+            counts[i] += depth - at
+        at, trunk = stack[-1]
+        needed = k + 1 < len(order) and at <= common[k]
+        if len(stack) > 1 and not needed:
+            stack.pop()  # its last prompt: read on from it, no copy
+        else:
+            trunk = trunk.clone()
+        rest = p[at:]  # a short rest (a question after its document) in one call, as `prefill` reads a prompt
+        logits, branch = prefill(lm, rest.tolist(), trunk) if len(rest) <= READ_TOKENS else read(lm, rest, trunk)
+        counts[i] += len(p) - at
+        if after_prompt is not None:
+            after_prompt(branch)
+        yield i, logits, branch
 
 
 def generate_branches(

@@ -89,9 +89,10 @@ def model_key_positions(offsets: list[tuple[int, int]], spans: list[tuple[int, i
 
 def load_evaluator(spec: str, args: dict, lm: StreamingLM, dtype: str) -> StreamingLM:
     """The evaluator, on the model's device; under --chunk-parallel spread over the model's group as the model is."""
-    from ..models import chunk_parallel_lm, load_model, model_options
+    from ..models import chunk_parallel_lm, load_model, model_options, naming
 
-    evaluator = load_model(spec, device=lm.device, dtype=dtype, **model_options(spec, args))
+    with naming("--evaluator", spec):
+        evaluator = load_model(spec, device=lm.device, dtype=dtype, **model_options(spec, args))
     if getattr(lm, "chunk", None) is not None:
         evaluator = chunk_parallel_lm(evaluator, lm.chunk)
     return evaluator

@@ -28,7 +28,7 @@ from ..errors import fail
 from ..models.base import StreamingLM
 from ..tables import format_length
 from .bos import BOS_POLICIES, bos_policy, resolve_bos  # noqa: F401  (the commands, harness and tests import them here)
-from .chat import BASE, ChatFormat, ChatTemplate, chat_bos, conversation, render_turns, select_template
+from .chat import BASE, ChatFormat, ChatTemplate, chat_bos, conversation, render_turns, run_template
 from .loglik import Prefix, score_pair_sets, score_pairs
 
 EMPTY_CONTEXT = ("an empty context with bos=False cannot be scored", "keep BOS on (--bos always)")
@@ -152,7 +152,7 @@ def check_prompts(lm: StreamingLM, lengths: list[int], policy: str, chat: ChatFo
                    f"{format_length(longest)} ({longest:,})",
                    f"use --lengths up to {lm.max_context:,} (--chunk-parallel spreads a long KV cache over ranks, "
                    "but a model cannot read past its max_context)")  # fmt: skip
-    template = select_template(lm, chat.template) if chat.on else None
+    template = run_template(lm, chat)
     probe = render_turns(template, conversation("", fmt=chat), chat.fewshot_as_multiturn) if template else None
     return {"bos_effective": prompt_bos(lm, policy, probe), "chat_template_effective": template and template.facts()}
 

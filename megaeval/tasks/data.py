@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
+import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,35 +14,27 @@ from typing import Any
 from ..data_prep.book_sources import open_source, read_book
 from ..errors import fail
 from ..files import file_sha256
+from ..text import CONVERT, check_text, iter_jsonl, read_text
 
 SUFFIXES = (".jsonl", ".parquet", ".csv")
 
 
 def read_rows(path: str | Path) -> list[Any]:
-    """Rows of a .jsonl, .parquet or .csv file (a .jsonl row is whatever JSON value its line holds)."""
+    """Rows of a .jsonl, .parquet or .csv file (a .jsonl row is whatever JSON value its line holds); text is read
+    through `megaeval.text` (strict UTF-8, no lone surrogates, errors naming the file and line)."""
     path = Path(path)
     if path.suffix not in SUFFIXES:
         raise fail(f"unknown data file type: {path}", f"use one of {', '.join(SUFFIXES)}")
+    if path.suffix == ".jsonl":
+        return [row for _, row in iter_jsonl(path)]
+    if path.suffix == ".csv":
+        return check_text(list(csv.DictReader(io.StringIO(read_text(path), newline=""))), str(path))
     try:
-        if path.suffix == ".jsonl":
-            rows = []
-            with open(path, encoding="utf-8") as f:
-                for number, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rows.append(json.loads(line))
-                    except ValueError as e:
-                        raise fail(f"{path} line {number} is not valid JSON ({e})", "fix or remove that line") from None
-            return rows
-        if path.suffix == ".parquet":
-            import pyarrow.parquet as pq
+        import pyarrow.parquet as pq
 
-            return pq.read_table(path).to_pylist()
-        with open(path, encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f))
+        return check_text(pq.read_table(path).to_pylist(), str(path))
     except UnicodeDecodeError as e:
-        raise fail(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})", "convert the file to UTF-8") from None
+        raise fail(f"{path} holds text that is not UTF-8 ({e.reason})", CONVERT) from None
     except OSError as e:
         raise fail(f"cannot read {path}: {e.strerror or e}", "check that the file exists and is readable") from None
     except Exception as e:  # pyarrow's errors for a corrupt or truncated parquet file
@@ -112,23 +105,61 @@ def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def read_documents(sources: list[str], text_field: str = "text") -> tuple[list[Document], list[dict[str, Any]]]:
+def read_documents(
+    sources: list[str], text_field: str = "text", flag: str = "--data"
+) -> tuple[list[Document], list[dict[str, Any]]]:
     """The documents of `sources` in order (folders of .txt, .jsonl/.parquet rows, saved datasets, `hub:NAME[:SPLIT]`)
-    and what each source was (path, kind, checksum); an empty document is refused."""
+    and what each source was (path, kind, checksum); an empty document, and a file read twice (the same source given
+    twice, or a folder and a file in it), are refused. Ids are unique in the run: where two sources give one id (two
+    folders of one name, say), those sources' ids start with the path as given instead of its name."""
     if not sources:
-        raise fail("no --data given", "pass --data with a folder of .txt files, a .jsonl/.parquet file or hub:NAME")
-    documents, described = [], []
+        raise fail(f"no {flag} given", f"pass {flag} with a folder of .txt files, a .jsonl/.parquet file or hub:NAME")
+    documents, described, groups = [], [], []
+    read_by: dict[str, str] = {}  # each file (or dataset) read, resolved -> the source that reads it
     for index, src in enumerate(sources):
         source = open_source(src.removeprefix("hub:"), text_field)
+        for item in _inputs(src, source):
+            if item in read_by:
+                again = "is given twice" if read_by[item] == src else f"reads {item}, as {flag} {read_by[item]} does"
+                raise fail(f"{flag} {src} {again}: its documents would count twice", "pass each source once")
+            read_by[item] = src
+        docs = []
         for book_id, _, path, text in source.tasks(index, text_field):
             if path is not None:
                 _, text = read_book(Path(path))
             if not text or text.isspace():
                 raise fail(f"document {book_id} of {src} is empty", "remove it from the data: it has no tokens")
-            documents.append(Document(book_id, text, text_sha256(text)))
+            check_text(text, f"document {book_id} of {src}")
+            docs.append(Document(book_id, text, text_sha256(text)))
+        groups.append((src, source, docs))
+        documents += docs
         described.append({"path": src, "kind": source.kind, "documents": source.count,
                           "sha256": source.sha256 or _files_checksum(source)})  # fmt: skip
+    _unique_ids(groups, flag)
     return documents, described
+
+
+def _inputs(src: str, source: Any) -> list[str]:
+    """What a source reads, resolved: its files, or the file or folder of a row source (a hub name as given)."""
+    if source.files is not None:
+        return [os.path.realpath(p) for _, p in source.files]
+    return [os.path.realpath(Path(src).expanduser()) if source.kind != "hub" else src]
+
+
+def _unique_ids(groups: list[tuple[str, Any, list[Document]]], flag: str) -> None:
+    """Give the documents of sources whose ids collide ids starting with the source's path as given."""
+    seen: dict[str, int] = {}
+    for _, _, docs in groups:
+        for doc in docs:
+            seen[doc.id] = seen.get(doc.id, 0) + 1
+    for src, source, docs in groups:
+        if any(seen[d.id] > 1 for d in docs):
+            for doc in docs:
+                doc.id = src.rstrip("/") + doc.id[len(source.name) :]
+    ids = [d.id for _, _, docs in groups for d in docs]
+    if len(set(ids)) < len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise fail(f"two documents of {flag} have the id {twice}", "pass sources with distinct paths")
 
 
 def _files_checksum(source: Any) -> str:

@@ -91,9 +91,14 @@ def test_ppl_sweep_chunk_parallel_within_1e12(sweep_inputs, tmp_path):
 
 @pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_scrolls_and_academic_on_two_ranks_equal_one_process(sweep_inputs, tmp_path):
+    from megaeval_testing.hostile import short_qmsum_rows, write_jsonl
+
     model = ["--model", str(sweep_inputs[0]), "--dtype", "float64"]
-    scrolls = ["scrolls", *model, "--tasks", "qmsum", "--data-dir", str(SAMPLES / "scrolls"), "--limit", "3",
-               "--max-new-tokens", "4"]  # fmt: skip
+    for split, n in (("validation", 12), ("train", 2)):  # 12 questions: 5 on one meeting, 7 on the next
+        write_jsonl(tmp_path / "sdata" / "qmsum" / f"{split}.jsonl", short_qmsum_rows(split, n, chars=3000))
+    # each meeting is one unit: a rank reads each of its documents once, and the ranks' counts are unequal
+    scrolls = ["scrolls", *model, "--tasks", "qmsum", "--data-dir", str(tmp_path / "sdata"), "--limit", "12",
+               "--max-new-tokens", "4", "--batch-size", "2"]  # fmt: skip
     # MMLU: two questions per subject share a 5-shot block, which ranks split between them
     academic = ["academic", *model, "--data-dir", str(SAMPLES), "--tasks", "arc_easy,mmlu,winogrande,nq_open",
                 "--limit", "2"]  # fmt: skip

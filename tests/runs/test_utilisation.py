@@ -57,7 +57,7 @@ def test_cuda_peak_is_nominal_when_known_else_measured(monkeypatch):
     assert u.device_peak("auto", cuda, torch.bfloat16).source == "measured"
 
 
-@pytest.mark.parametrize("bad", ["", "fast", "0", "-5", "nan", "inf"])
+@pytest.mark.parametrize("bad", ["", "fast", "0", "-5", "nan", "inf", "5e-324", "1e300"])
 def test_bad_peak_flags_are_refused(bad):
     with pytest.raises(MegaevalError, match="--peak-tflops"):
         u.parse_peak(bad)

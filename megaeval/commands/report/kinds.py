@@ -38,11 +38,26 @@ def longppl_rows(reports: list[dict[str, Any]], metric: str = "longppl") -> tupl
     """Side-by-side longppl table: one row per document (by id, in first-seen order) and the pooled row."""
     if metric not in LONGPPL_METRICS:
         raise fail(f"unknown metric {metric!r} for longppl reports", f"use one of: {', '.join(LONGPPL_METRICS)}")
-    tables = [{d["id"]: d for d in r["results"]["documents"]} for r in reports]
-    ids = list(dict.fromkeys(i for table in tables for i in table))
+    ids, tables = documents(reports)
     rows = [[i] + [_cell(table.get(i, {}).get(metric)) for table in tables] for i in ids]
     rows.append(["all (pooled)"] + [_cell(r["results"].get(metric)) for r in reports])
     return ["document"], rows
+
+
+def documents(reports: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, dict[str, Any]]]]:
+    """LongPPL documents in first-seen order, and each report's documents by that name: an id that a report holds
+    twice (older reports: the same file given twice) stays two rows, the second named `id #2`, never merged."""
+    tables = []
+    for r in reports:
+        table: dict[str, dict[str, Any]] = {}
+        for d in r["results"]["documents"]:
+            name, n = d["id"], 1
+            while name in table:
+                n += 1
+                name = f"{d['id']} #{n}"
+            table[name] = d
+        tables.append(table)
+    return list(dict.fromkeys(i for table in tables for i in table)), tables
 
 
 def _cell(value: Any) -> str:
@@ -66,6 +81,9 @@ def task_rows(reports: list[dict[str, Any]], metric: str | None = None) -> tuple
             res = r["results"].get(task)
             key = metric or (res or {}).get("metric", "acc")
             value = None if not isinstance(res, dict) else res.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise fail(f"results.{task}.{key} of the {r['command']} report of {report_label(r, '?')} is "
+                           f"{value!r:.40}, not a number", "pass an unedited report, or another --metric")  # fmt: skip
             cells.append("" if value is None else format_value(value))
         rows.append(cells)
     if metric is None and any(isinstance(r["results"].get("average"), (int, float)) for r in reports):
@@ -189,6 +207,7 @@ class ReportKind:
     title: str
     table: Callable[[list[dict[str, Any]], list[str], str, str | None], str]
     html: str  # the name of its renderer in report.sections (imported only for HTML)
+    metric: bool = True  # whether its table shows another metric with --metric
 
 
 KINDS = {
@@ -197,11 +216,29 @@ KINDS = {
     "scrolls": ReportKind("SCROLLS", _task_table, "task_section"),
     "academic": ReportKind("Academic suite", _task_table, "task_section"),
     "needle": ReportKind("Needle in a haystack", _needle_table, "needle_section"),
-    "ruler": ReportKind("RULER", lambda reports, labels, fmt, _: ruler_tables(reports, labels, fmt), "ruler_section"),
+    "ruler": ReportKind(
+        "RULER", lambda reports, labels, fmt, _: ruler_tables(reports, labels, fmt), "ruler_section", metric=False
+    ),  # fmt: skip
     "babilong": ReportKind(
-        "BABILong", lambda reports, labels, fmt, _: babilong_tables(reports, labels, fmt), "babilong_section"
+        "BABILong", lambda reports, labels, fmt, _: babilong_tables(reports, labels, fmt), "babilong_section", False
     ),
 }
+
+FORMATS = ("table", "markdown", "csv", "html")
+# The one rule table of `megaeval report`'s flags: the formats each applies to (anywhere else it would be ignored).
+FLAGS = {"--metric": ("table", "markdown", "csv"), "--samples": ("html",), "--out": ("html",)}
+
+
+def check_flags(fmt: str, given: dict[str, bool]) -> None:
+    """Refuse an unknown --format, and a flag (`given`: flag -> whether it was given) that `fmt` would ignore."""
+    if fmt not in FORMATS:
+        raise fail(f"unknown --format {fmt!r}", f"use one of: {', '.join(FORMATS)}")
+    for flag, formats in FLAGS.items():
+        if given.get(flag) and fmt not in formats:
+            raise fail(f"{flag} does not apply with --format {fmt} (it would be ignored)",
+                       f"use {flag} with --format {' or '.join(formats)}, or leave it out")  # fmt: skip
+    if fmt == "html" and not given.get("--out"):
+        raise fail("--format html writes a page", "pass --out runs.html")
 
 
 def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = None) -> str:
@@ -213,8 +250,12 @@ def compare(paths: list[str | Path], fmt: str = "table", metric: str | None = No
     if len(commands) > 1:
         raise fail(f"cannot put {' and '.join(sorted(map(str, commands)))} reports in one table",
                    "pass one kind, or --format html for one page of every kind")  # fmt: skip
+    kind = commands.pop()
+    if metric is not None and not KINDS[kind].metric:
+        raise fail(f"--metric does not apply to {kind} reports (their table shows every score; it would be ignored)",
+                   "leave --metric out")  # fmt: skip
     labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
-    return KINDS[commands.pop()].table(reports, labels, fmt, metric)
+    return KINDS[kind].table(reports, labels, fmt, metric)
 
 
 def task_summary(report: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from ...runs.report import load_report
 from ...tables import report_label, unique_labels
 from . import sections as html_sections
 from .kinds import KINDS
-from .samples import browser_rows, fit_page, owner, read_samples
+from .samples import FIELDS, PAGE_BYTES, browser_rows, fit_page, owners, packed, read_samples, script_json
 
 PROVENANCE = ("spec", "weights_sha256", "family", "dtype", "device")
 OUTPUT_FLAGS = ("out", "samples", "resume", "dist_timeout", "save_key_tokens", "write_data")
@@ -35,16 +35,17 @@ def write_html(paths: list[str | Path], samples: list[str | Path], out: str | Pa
     reports = [load_report(p) for p in paths]
     labels = unique_labels([report_label(r, p) for r, p in zip(reports, paths, strict=True)])
     rows = []
-    for path in samples:
-        i = owner(path, reports, paths)
+    for path, i in zip(samples, owners(samples, reports, paths), strict=True):
         rows += browser_rows(read_samples(path), reports[i], labels[i], Path(path))
-    page = render_page(reports, labels, fit_page(rows))
+    budget = PAGE_BYTES - len(render_page(reports, labels, rows[:1]).encode()) - 1000  # the page around the samples
+    page = render_page(reports, labels, *fit_page(rows, budget))
     write_output(out, lambda f: f.write(page.encode("utf-8")))
     return out
 
 
-def render_page(reports: list[dict[str, Any]], labels: list[str], samples: list[dict[str, Any]]) -> str:
-    """The whole page as text."""
+def render_page(reports: list[dict[str, Any]], labels: list[str], samples: list[dict[str, Any]],
+                omitted: int = 0) -> str:  # fmt: skip
+    """The whole page as text (`omitted`: samples left out to keep it small, which it says)."""
     kinds = list(dict.fromkeys(r["command"] for r in reports))
     sections = []
     for kind in kinds:
@@ -58,9 +59,11 @@ def render_page(reports: list[dict[str, Any]], labels: list[str], samples: list[
         sections.append('<section id="samples"><h2>Samples</h2><div id="filters"></div>'
                         '<p id="sample-count"></p><div id="sample-list"></div>'
                         '<button id="sample-more" hidden>show more</button></section>')  # fmt: skip
-    data = json.dumps({"runs": labels, "samples": samples}, ensure_ascii=False).replace("</", "<\\/")
+    data = script_json({"runs": labels, "fields": FIELDS, "samples": [packed(s, labels) for s in samples],
+                        "omitted": omitted})  # fmt: skip
     dates = sorted(r.get("environment", {}).get("date") or "" for r in reports)
-    subtitle = f"{len(reports)} report(s), {len(samples)} sample(s); runs dated {dates[0][:10]} to {dates[-1][:10]}"
+    shown = f"{len(samples)} sample(s)" + (f" ({omitted} more left out)" if omitted else "")
+    subtitle = f"{len(reports)} report(s), {shown}; runs dated {dates[0][:10]} to {dates[-1][:10]}"
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1"><title>megaeval runs</title>'

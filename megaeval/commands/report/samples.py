@@ -1,60 +1,84 @@
-"""Samples files for the HTML page's sample browser: each matched to the report it belongs to, each line put in one
-shape (run, task, id, length, depth, score, right or wrong, prompt head and tail, prediction, references), fields cut
-short so that a large samples file stays a page of a few MB."""
+"""Samples files for the HTML page's sample browser: each matched to the report of the run that wrote it (by its
+sha256, which the report records), each line put in one shape (run, task, id, length, depth, score, right or wrong,
+prompt head and tail, prediction, references), fields cut short so that the page stays a few MB."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ...errors import fail
+from ...files import file_sha256
 from ...runs.report import TASK_SUMMARIES
+from ...text import iter_jsonl
 
 FIELD_CHARS = 400  # a prediction's, or the references', characters kept (prompt ends are already 300 each)
-PAGE_BUDGET = 4_000_000  # bytes of sample data a page holds, about: past it every text field is cut shorter
-MIN_CHARS = 40  # ... but never below this
+ID_CHARS = 120  # an id's characters kept (a longer one keeps its start and a hash of the whole: ids stay distinct)
+PAGE_BYTES = 5_000_000  # a page's size: past it, text fields are cut shorter, then samples left out
+MIN_CHARS = 40  # ... text fields never below this
 TEXTS = ("prompt_head", "prompt_tail", "prediction", "references", "detail")
+FIELDS = ("run", "task", "id", "length", "depth", "score", "correct", *TEXTS)  # a sample's place in the page's rows
+WROTE = "pass the --samples file a run wrote"
 
 
 def read_samples(path: str | Path) -> list[dict[str, Any]]:
-    """The lines of a samples file (JSON objects), or a one-line refusal."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise fail(f"samples file not found: {path}", "pass the --samples file a run wrote") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise fail(f"cannot read samples file {path} ({e})", "pass the --samples file a run wrote") from None
+    """The lines of a samples file (JSON objects, UTF-8), or a one-line refusal naming the file and line."""
     records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as e:
-            raise fail(f"{path} line {number} is not JSON ({e})", "pass the --samples file a run wrote") from None
+    for number, record in iter_jsonl(path, "samples file", WROTE):
         if not isinstance(record, dict):
-            raise fail(f"{path} line {number} is not a JSON object", "pass the --samples file a run wrote")
+            raise fail(f"samples file {path} line {number} is not a JSON object", WROTE)
         records.append(record)
     return records
 
 
 def owner(path: str | Path, reports: list[dict[str, Any]], report_paths: list[str | Path]) -> int:
-    """The index of the report whose run wrote samples file `path` (the report names it in settings.samples, the
-    same file or, moved together, the same name beside it); a file no report names is refused."""
+    """The index of the report whose run wrote samples file `path`: the report whose `data.samples_sha256` is the
+    file's sha256, or (a report written before megaeval recorded it) the report naming it in settings.samples (the
+    same file or, moved together, the same name beside it). Any other file is refused."""
     path = Path(path)
+    try:
+        digest = file_sha256(path) if path.is_file() else None
+    except OSError as e:
+        raise fail(
+            f"cannot read samples file {path}: {e.strerror or e}", "check the path and its permissions"
+        ) from None
+    by_name = None
     for i, (report, where) in enumerate(zip(reports, report_paths, strict=True)):
-        named = report.get("settings", {}).get("samples")
-        if not named:
-            continue
-        named = Path(named)
-        if _same(named, path) or _same(Path(where).parent / named.name, path):
+        recorded = report.get("data", {}).get("samples_sha256")
+        if recorded is not None and recorded == digest:
             return i
-    raise fail(f"samples file {path} belongs to none of the given reports (each report names its samples file in "
-               "settings.samples)", "pass the report of the run that wrote it, or leave the file out")  # fmt: skip
+        named = report.get("settings", {}).get("samples")
+        if isinstance(named, str) and named and by_name is None:
+            if _same(Path(named), path) or _same(Path(where).parent / Path(named).name, path):
+                by_name = i
+    if by_name is not None:
+        if reports[by_name].get("data", {}).get("samples_sha256") is None:
+            return by_name
+        raise fail(f"samples file {path} is not the one the run of {report_paths[by_name]} wrote (its sha256 differs "
+                   "from the report's data.samples_sha256: another run's, or edited)",
+                   "pass the samples file that run wrote, or leave it out")  # fmt: skip
+    raise fail(f"samples file {path} belongs to none of the given reports (each report records its samples file's "
+               "sha256 in data.samples_sha256, and its name in settings.samples)",
+               "pass the report of the run that wrote it, or leave the file out")  # fmt: skip
+
+
+def owners(paths: list[str | Path], reports: list[dict[str, Any]], report_paths: list[str | Path]) -> list[int]:
+    """`owner` of each samples file; two files of one report (a file given twice, or a copy of it) are refused."""
+    found: dict[int, Path] = {}
+    out = []
+    for path in paths:
+        i = owner(path, reports, report_paths)
+        if i in found:
+            raise fail(f"samples files {found[i]} and {path} both belong to report {report_paths[i]} (the same file "
+                       "twice, or a copy)", "pass each run's samples file once")  # fmt: skip
+        found[i] = Path(path)
+        out.append(i)
+    return out
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -65,25 +89,48 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def browser_rows(records: list[dict[str, Any]], report: dict[str, Any], run: str, path: Path) -> list[dict[str, Any]]:
-    """One samples file's lines in the browser's shape; a line whose task the report does not hold is refused."""
+    """One samples file's lines in the browser's shape; a line whose task the report does not hold is refused, and
+    lines of one id are kept apart (`id #2`), never merged."""
     kind = report["command"]
     tasks = _tasks(report)
-    rows = []
+    rows, seen = [], set()
     for number, r in enumerate(records, 1):
+        where = f"samples file {path} line {number}"
         task = r.get("task", "documents" if kind == "longppl" else None)
-        if tasks is not None and task not in tasks:
-            raise fail(f"{path} line {number} is a sample of task {task!r}, which its report "
-                       f"({report['model'].get('spec')}) did not run", "pass the samples file of that run")  # fmt: skip
-        score = _score(kind, r, report, task)
+        if not isinstance(task, str) or (tasks is not None and task not in tasks):
+            raise fail(f"{where} is a sample of task {task!r:.60}, which its report "
+                       f"({report['model'].get('spec')}) did not run", WROTE)  # fmt: skip
+        metric = (report["results"].get(task) or {}).get("metric") if kind in ("scrolls", "academic") else None
+        score = _score(kind, r, metric, where)
+        sample_id = _id(r.get("id", r.get("doc_id", number - 1)))
+        shown, n = sample_id, 1
+        while (task, shown) in seen:
+            n += 1
+            shown = f"{sample_id} #{n}"
+        seen.add((task, shown))
         rows.append({
-            "run": run, "task": task, "id": str(r.get("id", r.get("doc_id", number - 1))),
-            "length": r.get("length"), "depth": r.get("depth"), "score": score,
-            "correct": None if score is None or kind == "longppl" else bool(score >= 1 - 1e-9),
-            "prompt_head": _cut(r.get("prompt_head")), "prompt_tail": _cut(r.get("prompt_tail")),
-            "prediction": _cut(_text(r.get("prediction"))), "references": _cut(_references(kind, r)),
+            "run": run, "task": task, "id": shown, "length": _place(r.get("length")), "depth": _place(r.get("depth")),
+            "score": score, "correct": None if score is None or kind == "longppl" else bool(score >= 1 - 1e-9),
+            "prompt_head": _cut(_text(r.get("prompt_head"))), "prompt_tail": _cut(_text(r.get("prompt_tail"))),
+            "prediction": _cut(_prediction(kind, r, metric)), "references": _cut(_references(kind, r)),
             "detail": _detail(kind, r),
         })  # fmt: skip
     return rows
+
+
+def _id(value: Any) -> str:
+    """A sample's id as the page shows it: a long one keeps its start and a hash of the whole (two stay two)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if len(text) <= ID_CHARS:
+        return text
+    return text[: ID_CHARS - 17] + "…" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _place(value: Any) -> Any:
+    """A length or depth as the page shows it (a number or a short text)."""
+    if value is None or isinstance(value, str) or (isinstance(value, (int, float)) and math.isfinite(value)):
+        return value if not isinstance(value, str) else _cut(value)
+    return _cut(_text(value))
 
 
 def _tasks(report: dict[str, Any]) -> set[str] | None:
@@ -95,31 +142,61 @@ def _tasks(report: dict[str, Any]) -> set[str] | None:
     return None
 
 
-def _score(kind: str, r: dict[str, Any], report: dict[str, Any], task: str | None) -> float | None:
+def _number(value: Any, where: str, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise fail(f"{where}: {key} is {value!r:.40}, not a number", WROTE)
+    return value
+
+
+def _score(kind: str, r: dict[str, Any], metric: str | None, where: str) -> float | None:
     """The sample's score on its task's headline metric, as a fraction (full credit: 1)."""
     if kind == "longppl":
-        return r.get("longppl")
+        return _number(r.get("longppl"), where, "longppl")
     if kind in ("needle", "ruler", "babilong"):
-        return r.get("score")
-    metric = (report["results"].get(task) or {}).get("metric")
+        return _number(r.get("score"), where, "score")
     if kind == "scrolls":  # its samples hold scores x 100
         scores = r.get("scores") or {}
+        if not isinstance(scores, dict):
+            raise fail(f"{where}: scores is {scores!r:.40}, not an object", WROTE)
         if metric == "geometric_rouge" and all(k in scores for k in ("rouge1", "rouge2", "rougeL")):
-            return math.prod(scores[k] / 100 for k in ("rouge1", "rouge2", "rougeL")) ** (1 / 3)
-        return None if scores.get(metric) is None else scores[metric] / 100
-    return r.get(metric)  # academic: acc, acc_norm or exact_match
+            parts = [_number(scores[k], where, f"scores.{k}") for k in ("rouge1", "rouge2", "rougeL")]
+            return None if None in parts or min(parts) < 0 else math.prod(p / 100 for p in parts) ** (1 / 3)
+        value = _number(scores.get(metric), where, f"scores.{metric}")
+        return None if value is None else value / 100
+    return _number(r.get(metric), where, str(metric))  # academic: acc, acc_norm or exact_match
+
+
+def _prediction(kind: str, r: dict[str, Any], metric: str | None) -> str:
+    """What the model answered. An academic multiple-choice sample: the choice each metric made, the headline
+    metric's first (acc and acc_norm may pick different choices)."""
+    target, prediction = r.get("target"), r.get("prediction")
+    if kind != "academic" or not isinstance(prediction, int) or isinstance(prediction, bool) or "target" not in r:
+        return _text(prediction)
+    made = {"acc": f"choice {prediction}"}
+    if r.get("acc_norm") is not None:
+        norm = r.get("prediction_norm")
+        right = isinstance(r["acc_norm"], (int, float)) and r["acc_norm"] >= 1
+        made["acc_norm"] = (f"choice {_text(norm)}" if norm is not None else f"choice {_text(target)}" if right
+                            else f"a choice other than {_text(target)}")  # fmt: skip
+    return "; ".join(f"{m}: {made[m]}" for m in sorted(made, key=lambda m: m != metric))
 
 
 def _references(kind: str, r: dict[str, Any]) -> str:
     if kind == "needle":
-        return " | ".join(map(str, r.get("answer") or []))
+        return _joined(r.get("answer"))
     if kind == "ruler":
-        return " | ".join(map(str, r.get("outputs") or []))
+        return _joined(r.get("outputs"))
     if kind == "babilong":
-        return str(r.get("target") or "")
+        return _text(r.get("target"))
     if kind == "academic" and "target" in r:
-        return f"choice {r['target']}"
-    return " | ".join(map(str, r.get("references") or []))
+        return f"choice {_text(r['target'])}"
+    return _joined(r.get("references"))
+
+
+def _joined(values: Any) -> str:
+    return " | ".join(map(_text, values)) if isinstance(values, list) else _text(values)
 
 
 def _detail(kind: str, r: dict[str, Any]) -> str:
@@ -127,32 +204,91 @@ def _detail(kind: str, r: dict[str, Any]) -> str:
             "scrolls": ("prompt_tokens", "truncated_tokens", "stop_reason"),
             "needle": ("prompt_tokens", "stop_reason"), "ruler": ("prompt_tokens", "stop_reason"),
             "babilong": ("question", "prompt_tokens", "stop_reason")}[kind]  # fmt: skip
-    return ", ".join(f"{k} {_text(r[k])}" for k in keys if r.get(k) is not None)[:FIELD_CHARS]
+    return _cut(", ".join(f"{k} {_text(r[k])}" for k in keys if r.get(k) is not None))
 
 
 def _text(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, list):
-        return "[" + ", ".join(_text(v) for v in value) + "]"
+        return "[" + ", ".join(_text(v) for v in value[:FIELD_CHARS]) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)[: FIELD_CHARS + 1]
     return "" if value is None else str(value)
 
 
-def _cut(text: str | None) -> str:
-    text = text or ""
+def _cut(text: str) -> str:
     return text if len(text) <= FIELD_CHARS else text[: FIELD_CHARS - 1] + "…"
 
 
-def fit_page(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows, every text field cut to one length (a prompt's tail keeping its end) when all of them together would
-    pass PAGE_BUDGET: a samples file of any size stays a page of a few MB, every sample still in it."""
-    size = sum(len(json.dumps(r, ensure_ascii=False)) for r in rows)
-    if size <= PAGE_BUDGET:
-        return rows
-    fixed = size - sum(len(r[k]) for r in rows for k in TEXTS)
-    keep = max(MIN_CHARS, (PAGE_BUDGET - fixed) // (len(rows) * len(TEXTS)))
-    for r in rows:
-        for k in TEXTS:
-            if len(r[k]) > keep:
-                r[k] = "…" + r[k][-(keep - 1) :] if k == "prompt_tail" else r[k][: keep - 1] + "…"
-    return rows
+def script_json(value: Any) -> str:
+    """`value` as JSON that a <script> element holds as it is: every `<`, `>` and `&` escaped (so no `</script>`,
+    `<!--` or `<script` inside a sample's text can end or change the element), and U+2028/U+2029 too."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                          ("\u2029", "\\u2029")):  # fmt: skip
+        text = text.replace(char, escaped)
+    return text
+
+
+def packed(row: dict[str, Any], runs: list[str]) -> list[Any]:
+    """A row as the page holds it: its FIELDS' values in order, the run as its index in `runs`."""
+    return [runs.index(row["run"]), *(row[f] for f in FIELDS[1:])]
+
+
+def _size(row: dict[str, Any]) -> int:
+    return len(script_json([0, *(row[f] for f in FIELDS[1:])]).encode()) + 1
+
+
+def _cut_to(row: dict[str, Any], keep: int) -> dict[str, Any]:
+    row = dict(row)
+    for k in TEXTS:
+        if len(row[k]) > keep:
+            row[k] = "…" + row[k][-(keep - 1) :] if k == "prompt_tail" else row[k][: keep - 1] + "…"
+    return row
+
+
+def _common_length(rows: list[dict[str, Any]], budget: int) -> int:
+    """The longest length (MIN_CHARS..FIELD_CHARS) to cut every text field to for the rows to fit `budget`, by
+    bisection on an estimate: each field's bytes per character as embedded (escapes, UTF-8) times its length."""
+    fixed = sum(_size({**r, **dict.fromkeys(TEXTS, "")}) for r in rows)
+    fields = [(len(r[k]), len(script_json(r[k]).encode()) / max(1, len(r[k]))) for r in rows for k in TEXTS]
+    lo, hi = MIN_CHARS, FIELD_CHARS
+    while lo < hi:
+        keep = (lo + hi + 1) // 2
+        if fixed + sum(min(n, keep) * ratio for n, ratio in fields) <= budget:
+            lo = keep
+        else:
+            hi = keep - 1
+    return lo
+
+
+def fit_page(rows: list[dict[str, Any]], budget: int = PAGE_BYTES) -> tuple[list[dict[str, Any]], int]:
+    """The rows within `budget` bytes as the page embeds them, and how many were left out. First every text
+    field is cut to one length (a prompt's tail keeping its end), never below MIN_CHARS; if that is not enough, a
+    fixed subset of each task's documents is kept (the same documents in every run), and the page says how many
+    samples it leaves out."""
+    if sum(map(_size, rows)) <= budget:
+        return rows, 0
+    keep = _common_length(rows, budget)
+    rows = [_cut_to(r, keep) for r in rows]
+    sizes = [_size(r) for r in rows]
+    while sum(sizes) > budget and keep > MIN_CHARS:  # the estimate was short: a little shorter still
+        keep = max(MIN_CHARS, keep * 9 // 10)
+        rows = [_cut_to(r, keep) for r in rows]
+        sizes = [_size(r) for r in rows]
+    if sum(sizes) <= budget:
+        return rows, 0
+    order = {key: hashlib.blake2b(repr(key).encode(), digest_size=8).digest() for key in {(r["task"], r["id"])
+                                                                                          for r in rows}}  # fmt: skip
+    per_task = Counter(task for task, _ in order)
+    fraction = budget / sum(sizes)
+    while True:
+        kept_ids: set[tuple[str, str]] = set()
+        for task, count in per_task.items():
+            ids = sorted((key for key in order if key[0] == task), key=order.__getitem__)
+            kept_ids.update(ids[: max(1, int(count * fraction))])
+        kept = [i for i, r in enumerate(rows) if (r["task"], r["id"]) in kept_ids]
+        if sum(sizes[i] for i in kept) <= budget or fraction < 1e-6:
+            return [rows[i] for i in kept], len(rows) - len(kept)
+        fraction *= 0.9

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...runs.report import TASK_SUMMARIES
 from ...tables import format_length, format_value
+from .kinds import documents
 from .svg import heatmap, line_chart
 
 
@@ -135,8 +136,7 @@ def babilong_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
 
 def longppl_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     """LongPPL: a row per document, LongPPL and perplexity per run, and the pooled row."""
-    tables = [{d["id"]: d for d in r["results"]["documents"]} for r in reports]
-    ids = list(dict.fromkeys(i for t in tables for i in t))
+    ids, tables = documents(reports)
     header = ["document"] + [f"{escape(label)}<br><small>{m}</small>" for label in labels for m in ("longppl", "ppl")]
     rows = [[escape(i)] + [_value(t.get(i, {}).get(m)) for t in tables for m in ("longppl", "ppl")] for i in ids]
     rows.append(["all (pooled)"] + [_value(r["results"].get(m)) for r in reports for m in ("longppl", "ppl")])

@@ -25,7 +25,7 @@ from ..fields import flag, positive_float, positive_int
 from .layers import PositionFreeRows, causal_conv, output_logits
 from .scan import scan, scan_reference
 
-Scan = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+Scan = Callable[..., tuple[Tensor, Tensor]]  # (a, b, h0, overwrite=...) -> (every h_t, the last)
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class MambaMixer(nn.Module):
             e = min(u.shape[1], s + chunk)
             a_t = torch.exp(dt[:, s:e, :, None] * A)  # [B, L, E, N]
             b_t = (dt[:, s:e] * u[:, s:e].to(sd))[..., None] * b[:, s:e, None, :]
-            hs, h = scan_fn(a_t, b_t, h)
+            hs, h = scan_fn(a_t, b_t, h, overwrite=True)  # a_t, b_t: this chunk's scratch
             ys.append(torch.einsum("blen,bln->ble", hs, cc[:, s:e]))
         return (torch.cat(ys, dim=1) if ys else u.new_zeros(u.shape, dtype=sd)), h
 

@@ -1,10 +1,10 @@
 """RecurrentGemma (Griffin) in plain PyTorch, with its state carried exactly from call to call.
 
-Layers follow `block_types` (by default two recurrent blocks, then one local-attention block, repeated). A
-recurrent layer carries its conv's last `conv1d_width - 1` inputs [B, W, k-1] and the RG-LRU state [B, W] (float32
-at least); its recurrence h_t = a_t h_{t-1} + sqrt(1 - a_t^2) (i_t * x_t) runs with `scan.scan` chunk by chunk, reset
-at absolute position 0 as the architecture defines. An attention layer carries the keys and values (after rotary)
-of the last `attention_window_size - 1` tokens: a query attends to itself and those before it, so the state stops
+Layers follow `block_types` (by default two recurrent blocks, then one local-attention block, repeated). A recurrent
+layer carries its conv's last `conv1d_width - 1` inputs [B, W, k-1] and the RG-LRU state [B, W] (float32 at least);
+its recurrence h_t = a_t h_{t-1} + sqrt(1 - a_t^2) (i_t * x_t) runs with `scan.scan` over the whole call, reset at
+absolute position 0 as the architecture defines. An attention layer carries the keys and values (after rotary) of
+the last `attention_window_size - 1` tokens: a query attends to itself and those before it, so the state stops
 growing once the window is full (it is allocated full from the start: its size never changes). Rotary angles are
 computed in float32 as transformers computes them (float64 for float64 models). Parameter names are transformers'
 (RecurrentGemmaForCausalLM).
@@ -148,7 +148,7 @@ class RGLRU(nn.Module):
         blocks = x.unflatten(-1, (weight.shape[0], -1))
         return torch.sigmoid(torch.einsum("bthi,hij->bthj", blocks, weight) + bias).flatten(-2)
 
-    def forward(self, x: Tensor, h0: Tensor, position: int | Tensor, chunk: int, scan_fn: Any) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, h0: Tensor, position: int | Tensor, scan_fn: Any) -> tuple[Tensor, Tensor]:
         input_gate = self.gate(x, self.input_gate_weight, self.input_gate_bias)
         log_a = (
             -8.0 * self.gate(x, self.recurrent_gate_weight, self.recurrent_gate_bias) * F.softplus(self.recurrent_param)
@@ -160,12 +160,8 @@ class RGLRU(nn.Module):
             a, multiplier = a.masked_fill(first, 0.0), multiplier.masked_fill(first, 1.0)
         b = (x * input_gate * multiplier.to(x.dtype)).to(h0.dtype)
         a = a.to(h0.dtype)
-        outs, h = [], h0
-        size = chunk if scan_fn is scan else max(x.shape[1], 1)
-        for s in range(0, x.shape[1], size):
-            hs, h = scan_fn(a[:, s : s + size], b[:, s : s + size], h)
-            outs.append(hs)
-        return torch.cat(outs, 1).to(x.dtype), h
+        hs, h = scan_fn(a, b, h0)  # [B, T, W] exist already: the O(T) scan over the whole call adds one more
+        return hs.to(x.dtype), h
 
 
 class RecurrentBlock(nn.Module):
@@ -183,7 +179,7 @@ class RecurrentBlock(nn.Module):
     def forward(self, x: Tensor, st: RecurrentLayerState, position: int | Tensor, chunk: int, scan_fn: Any):
         y = F.gelu(self.linear_y(x), approximate="tanh")
         u, conv = causal_conv(self.linear_x(x), st.conv, self.conv_1d, silu=False)
-        u, h = self.rg_lru(u, st.lru, position, chunk, scan_fn)
+        u, h = self.rg_lru(u, st.lru, position, scan_fn)
         return self.linear_out(u * y), RecurrentLayerState(conv, h)
 
 

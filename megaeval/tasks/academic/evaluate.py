@@ -109,6 +109,7 @@ def evaluate_choice_docs(
             "target": doc.gold, "loglikelihoods": scored.loglikelihoods, "is_greedy": scored.is_greedy,
             "prediction": pred, "acc": float(pred == doc.gold),
             "acc_norm": float(pred_norm == doc.gold) if "acc_norm" in metrics else None,
+            **({"prediction_norm": pred_norm} if "acc_norm" in metrics else {}),  # acc_norm's choice
             "context_tokens": context_tokens, "forward_tokens": scored.forward_tokens,
             "forward_tokens_from_scratch": scored.from_scratch, "truncated_tokens": scored.truncated,
             **decoded_ends(lm.tokenizer, pairs[0][0]),

@@ -9,18 +9,49 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 from ...errors import fail
 from ...files import file_sha256
 from ...metrics.longppl import DEFAULT_SETTINGS, KeySettings
+from ...text import read_json
 from ..data import Document
 
 KEY_FILE_KIND = "megaeval-longppl-key-tokens"
 KEY_FILE_SCHEMA = 1
 SETTING_NAMES = tuple(DEFAULT_SETTINGS)  # trunc_len, sliding_window, alpha, beta
+SHA256 = re.compile(r"[0-9a-f]{64}")
 REMAKE = "make it again with `megaeval longppl --evaluator E --data D --save-key-tokens F`"
+
+
+# flag -> the key-token modes it applies to, for the KEYS flags `longppl` and `ppl-sweep` share (a command adds its
+# own rows): one table, checked once by `check_key_modes` before any work
+KEY_MODES: dict[str, tuple[str, ...]] = {
+    "evaluator_args": ("--evaluator",),
+    **dict.fromkeys(SETTING_NAMES, ("--evaluator", "--key-tokens")),  # with a file: checked equal to the file's
+}
+
+
+def key_mode(settings: Any) -> str | None:
+    """The mode: "--evaluator" (an evaluator finds key tokens), "--key-tokens" (a file holds them), None (none)."""
+    return "--evaluator" if settings.evaluator is not None else "--key-tokens" if settings.key_tokens else None
+
+
+def check_key_modes(settings: Any, table: dict[str, tuple[str, ...]]) -> None:
+    """Refuse a flag set (to other than its default) in a key-token mode it does not apply to: it would be ignored."""
+    mode = key_mode(settings)
+    defaults = {f.name: f.default_factory() if f.default is MISSING else f.default
+                for f in fields(settings) if f.name in table}  # fmt: skip
+    for name, modes in table.items():
+        if mode not in modes and getattr(settings, name) != defaults[name]:
+            flag = "--" + name.replace("_", "-")
+            where = f"with {mode}" if mode else f"without {' or '.join(modes)}"
+            also = " (the file's key tokens are read, no evaluator runs)" if mode == "--key-tokens" else ""
+            raise fail(f"{flag} does not apply {where}{also}: it would be ignored",
+                       f"use {flag} with {' or '.join(modes)}, or leave it out")  # fmt: skip
 
 
 def key_file(
@@ -44,46 +75,83 @@ def key_identity(evaluator: dict[str, Any], settings: dict[str, Any], key_tokens
 
 
 def read_key_file(path: str | Path) -> dict[str, Any]:
-    """A key-token file, every field checked (one line naming the first problem)."""
+    """A key-token file, every field checked (one line naming the file and the first bad field); what `key_file`
+    writes reads back."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise fail(f"key-token file not found: {path}", REMAKE) from None
-    except (OSError, ValueError) as e:
-        raise fail(f"cannot read key-token file {path} ({' '.join(str(e).split())[:100]})", REMAKE) from None
+    if not path.exists():
+        raise fail(f"key-token file not found: {path}", REMAKE)
+    data = read_json(path, "key-token file", REMAKE)
     if not isinstance(data, dict) or data.get("kind") != KEY_FILE_KIND:
         raise fail(f"{path} is not a megaeval key-token file (no kind {KEY_FILE_KIND!r})", REMAKE)
     if data.get("schema_version") != KEY_FILE_SCHEMA:
         raise fail(f"{path} has schema_version {data.get('schema_version')!r}, this megaeval reads "
                    f"{KEY_FILE_SCHEMA}", REMAKE)  # fmt: skip
     settings = data.get("settings")
-    if not isinstance(settings, dict) or any(not _number(settings.get(k)) for k in SETTING_NAMES):
-        raise fail(f"{path}: settings must hold {', '.join(SETTING_NAMES)} as numbers", REMAKE)
+    if not isinstance(settings, dict):
+        raise fail(f"key-token file {path}: settings must be an object holding {', '.join(SETTING_NAMES)}", REMAKE)
+    for name in SETTING_NAMES:
+        value = settings.get(name)
+        whole = name in ("trunc_len", "sliding_window")
+        good = _count(value) and value >= 1 if whole else _number(value)
+        if not good:
+            kind = "a whole number of tokens of at least 1" if whole else "a finite number"
+            raise fail(f"key-token file {path}: settings.{name} must be {kind}, got {_shown(value)}", REMAKE)
     if not isinstance(data.get("evaluator"), dict) or not isinstance(data.get("documents"), list):
         raise fail(f"{path} has no evaluator or documents list", REMAKE)
+    spans_of: dict[str, tuple[int, list]] = {}
     for number, doc in enumerate(data["documents"]):
-        where = f"{path} document {number}"
-        if not isinstance(doc, dict) or not isinstance(doc.get("sha256"), str) or not isinstance(doc.get("id"), str):
-            raise fail(f"{where} has no id or sha256", REMAKE)
-        spans = doc.get("spans")
-        if not isinstance(spans, list) or not all(_span(s) for s in spans):
-            raise fail(f"{where} ({doc['id']}): spans must be a list of [start, end] character offsets", REMAKE)
-        ends = [e for _, e in spans]
-        if any(n[0] < p[0] for p, n in zip(spans, spans[1:], strict=False)) or any(s > e for s, e in spans):
-            raise fail(f"{where} ({doc['id']}): spans are not in order", REMAKE)
-        doc["spans"] = [(int(s), int(e)) for s, e in spans]
-        if ends and isinstance(doc.get("chars"), int) and max(ends) > doc["chars"]:
-            raise fail(f"{where} ({doc['id']}): a span ends past the document's {doc['chars']} characters", REMAKE)
+        where = f"key-token file {path} documents[{number}]"
+        if not isinstance(doc, dict) or not isinstance(doc.get("id"), str):
+            raise fail(f"{where} has no id", REMAKE)
+        if not isinstance(doc.get("sha256"), str) or not SHA256.fullmatch(doc["sha256"]):
+            raise fail(f"{where}.sha256 must be the 64 hex digits of the document's sha256", REMAKE)
+        for name in ("chars", "evaluator_tokens", "evaluator_key_tokens"):
+            if (name == "chars" or name in doc) and not _count(doc.get(name)):
+                raise fail(f"{where}.{name} must be a whole number, got {_shown(doc.get(name))}", REMAKE)
+        doc["spans"] = _spans(doc.get("spans"), doc["chars"], f"{where}.spans")
+        earlier = spans_of.setdefault(doc["sha256"], (number, doc["spans"]))
+        if earlier[1] != doc["spans"]:
+            raise fail(f"{where} has the text of documents[{earlier[0]}] but other spans", REMAKE)
     return data
+
+
+def _spans(spans: Any, chars: int, where: str) -> list[tuple[int, int]]:
+    """A document's [start, end] character spans: whole numbers, 0 <= start <= end <= chars, starts in order."""
+    if not isinstance(spans, list):
+        raise fail(f"{where} must be a list of [start, end] character offsets, got {_shown(spans)}", REMAKE)
+    out = []
+    for k, span in enumerate(spans):
+        if not (isinstance(span, list) and len(span) == 2 and all(_count(v) for v in span)):
+            raise fail(f"{where}[{k}] must be [start, end], two whole numbers, got {_shown(span)}", REMAKE)
+        start, end = span
+        if start > end:
+            raise fail(f"{where}[{k}] starts after it ends ({start} > {end})", REMAKE)
+        if end > chars:
+            raise fail(f"{where}[{k}] ends at {end}, past the document's {chars} characters", REMAKE)
+        if out and start < out[-1][0]:
+            raise fail(f"{where}[{k}] starts before the span before it: spans are not in order", REMAKE)
+        out.append((start, end))
+    return out
+
+
+def check_chars(held: dict[str, Any], text: str, path: str | Path, number: int) -> None:
+    """Refuse a key-token file entry whose `chars` is not its document's length (its spans were checked against it)."""
+    if held["chars"] != len(text):
+        raise fail(f"key-token file {path} documents[{number}].chars is {held['chars']}, but its document "
+                   f"({held['id']}) has {len(text)} characters", REMAKE)  # fmt: skip
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _span(value: Any) -> bool:
-    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v >= 0 for v in value)
+def _count(value: Any) -> bool:
+    """A whole number >= 0 as JSON holds one (True is an int in Python, and not a count)."""
+    return type(value) is int and value >= 0
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:60]
 
 
 def spans_for(data: dict[str, Any], path: str | Path, documents: list[Document]) -> list[list[tuple[int, int]]]:
@@ -98,6 +166,7 @@ def spans_for(data: dict[str, Any], path: str | Path, documents: list[Document])
             raise fail(f"key-token file {path} was made for other data: document {number} ({doc.id}) has sha256 "
                        f"{doc.sha256[:12]}, the file's ({mine['id']}) {mine['sha256'][:12]}",
                        f"pass the data it was made for, or {REMAKE}")  # fmt: skip
+        check_chars(mine, doc.text, path, number)
     return [mine["spans"] for mine in held]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...errors import fail
 from ...files import write_output
+from ...text import iter_jsonl
 from .inputs import RulerInputs, TokenCounter
 
 # kind -> (module, function) of its generator: `function(spec, count_tokens, max_seq_length, num_samples, seed,
@@ -44,31 +45,46 @@ def write_instances(folder: str | Path, length: int, task: str, records: list[di
     """Write one task's records at one length as RULER writes them (json.dumps with ASCII escapes, a line each),
     atomically."""
     path = instances_path(folder, length, task)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise fail(f"cannot write --write-data {folder}: {path.parent} ({e.strerror or e})",
+                   "choose another --write-data folder") from None  # fmt: skip
     text = "".join(json.dumps(r) + "\n" for r in records)
     write_output(path, lambda f: f.write(text.encode("utf-8")), "--write-data")
     return path
 
 
-def read_instances(folder: str | Path, length: int, task: str, num_samples: int | None = None) -> list[dict[str, Any]]:
-    """One task's records at one length from RULER's layout (the first `num_samples`), each field checked."""
+def check_write_folder(folder: str | Path) -> None:
+    """Refuse, before any work, a --write-data that names a file (or lies under one): it must be a folder."""
+    path = Path(folder)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if path.exists() and not path.is_dir():
+        where = "is a file" if path == Path(folder) else f"lies under the file {path}"
+        raise fail(f"--write-data {folder} {where}, not a folder",
+                   "pass a folder: RULER's layout is DIR/<length>/<task>/validation.jsonl")  # fmt: skip
+
+
+def instances_file(folder: str | Path, length: int, task: str) -> Path:
+    """The file of one task's records at one length under --data-dir, or one line saying it is not there."""
     path = instances_path(folder, length, task)
     if not path.is_file():
         raise fail(f"--data-dir {folder}: no {path.relative_to(folder)} for {task} at length {length}",
                    "prepare it (megaeval ruler --prepare-only --write-data DIR, or RULER's prepare.py)")  # fmt: skip
+    return path
+
+
+def read_instances(folder: str | Path, length: int, task: str, num_samples: int | None = None) -> list[dict[str, Any]]:
+    """One task's records at one length from RULER's layout (the first `num_samples`), each field checked, and
+    none longer than `length` by its own `length` field."""
+    path = instances_file(folder, length, task)
     records = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise fail(f"{path} line {number} is not JSON ({e.msg})", "rewrite the file") from None
-            _check_record(record, path, number)
-            records.append(record)
-            if num_samples is not None and len(records) == num_samples:
-                break
+    for number, record in iter_jsonl(path, "--data-dir file", "rewrite the file"):
+        _check_record(record, path, number, length)
+        records.append(record)
+        if num_samples is not None and len(records) == num_samples:
+            break
     if not records or (num_samples is not None and len(records) < num_samples):
         raise fail(f"{path} holds {len(records)} records, fewer than --num-samples {num_samples}",
                    "lower --num-samples or prepare more")  # fmt: skip
@@ -76,18 +92,25 @@ def read_instances(folder: str | Path, length: int, task: str, num_samples: int 
 
 
 NAMES = {str: "a text", int: "a whole number", list: "a list"}
+RULERS = "write RULER's records (input, outputs, length, answer_prefix)"
 
 
-def _check_record(record: Any, path: Path, number: int) -> None:
+def _check_record(record: Any, path: Path, number: int, length: int) -> None:
+    where = f"--data-dir file {path} line {number}"
     if not isinstance(record, dict):
-        raise fail(f"{path} line {number} is not a JSON object", "write RULER's records, one per line")
+        raise fail(f"{where} is not a JSON object", "write RULER's records, one per line")
     for field, kind in REQUIRED.items():
         if field not in record:
-            raise fail(f"{path} line {number}: `{field}` is missing",
-                       "write RULER's records (input, outputs, length, answer_prefix)")  # fmt: skip
+            raise fail(f"{where}: `{field}` is missing", RULERS)
         if not isinstance(record[field], kind) or isinstance(record[field], bool):
-            raise fail(f"{path} line {number}: `{field}` is {record[field]!r:.40}, not {NAMES[kind]}",
-                       "write RULER's records (input, outputs, length, answer_prefix)")  # fmt: skip
+            raise fail(f"{where}: `{field}` is {record[field]!r:.40}, not {NAMES[kind]}", RULERS)
     outputs = record["outputs"]
-    if not outputs or not all(isinstance(o, str) for o in outputs):
-        raise fail(f"{path} line {number}: `outputs` must be a non-empty list of texts", "fix the record")
+    if not outputs or not all(isinstance(o, str) and o.strip() for o in outputs):
+        raise fail(f"{where}: `outputs` is {outputs!r:.60}; it must be a non-empty list of non-empty texts "
+                   "(an empty text is in every answer: full credit for anything)", "fix the record")  # fmt: skip
+    if not 0 < record["length"] <= length:
+        raise fail(
+            f"{where}: `length` is {record['length']}, but the folder {length} holds instances of at most "
+            f"{length} tokens",
+            f"move the record to the folder of its length, or prepare it at {length}",
+        )

@@ -21,7 +21,6 @@ says so where it does:
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import fail
+from ...text import read_json
 
 # count_tokens(text): the number of tokens RULER's tokenizer wrapper gives for `text` (hf: len(tok.tokenize(text));
 # sentencepiece (RULER's "nemo"): len(sp.encode_as_pieces(text))), special tokens never included.
@@ -37,6 +37,9 @@ TokenCounter = Callable[[str], int]
 
 # The QA files of RULER's download script (scripts/data/synthetic/json/download_qa_dataset.sh), by qa.py's --dataset
 QA_FILES = {"squad": "squad.json", "hotpotqa": "hotpotqa.json"}
+
+# The longest run of characters without white space an essay may hold (a long URL is far shorter)
+MAX_WORD_CHARS = 1000
 
 # The four files of NLTK's punkt_tab model for English (see the README.md beside them for source and licence)
 PUNKT_FILES = ("abbrev_types.txt", "collocations.tab", "ortho_context.tab", "sent_starters.txt")
@@ -128,7 +131,7 @@ def read_essays(path: str | Path) -> str:
     fix = 'pass the PaulGrahamEssays.json that RULER\'s download script writes (a JSON object {"text": "..."})'
     if not path.is_file():
         raise fail(f"--essays {path}: no such file" if not path.exists() else f"--essays {path} is not a file", fix)
-    data = _read_json(path, "--essays", fix)
+    data = read_json(path, "--essays", fix)
     if not isinstance(data, dict) or "text" not in data:
         got = f"an object with {', '.join(map(repr, data)) or 'no fields'}" if isinstance(data, dict) else \
             f"a JSON {type(data).__name__}"  # fmt: skip
@@ -137,7 +140,27 @@ def read_essays(path: str | Path) -> str:
         raise fail(f"--essays {path}: 'text' is a {type(data['text']).__name__}, not a string", fix)
     if not data["text"].strip():
         raise fail(f"--essays {path}: 'text' is empty", fix)
+    longest = max(len(m.group()) for m in re.finditer(r"\S+", data["text"]))
+    if longest > MAX_WORD_CHARS:  # RULER cuts its haystack by space-separated words: one word can be the whole text
+        raise fail(f"--essays {path}: 'text' holds a run of {longest:,} characters without a space; RULER's haystack "
+                   "is cut to a length in space-separated words, so text written without spaces (Chinese, Japanese) "
+                   "cannot be fitted", "pass English essays as RULER uses them")  # fmt: skip
     return data["text"]
+
+
+def read_english_words(path: str | Path) -> list[str]:
+    """The words of RULER's english_words.json (a JSON object whose values are the words), or one line."""
+    fix = "pass the file RULER's repository holds at scripts/data/synthetic/json/english_words.json"
+    data = read_json(path, "--english-words", fix)
+    if not isinstance(data, dict) or not data:
+        raise fail(f"--english-words {path}: not RULER's english_words.json (a JSON {type(data).__name__}"
+                   f"{' that is empty' if not data else ''}, not an object of words)", fix)  # fmt: skip
+    words = list(data.values())
+    for key, word in data.items():
+        if not isinstance(word, str) or not word.strip() or len(word.split()) != 1:
+            raise fail(f"--english-words {path}: not RULER's english_words.json (the value of {key!r:.40} is "
+                       f"{word!r:.40}, not a word)", fix)  # fmt: skip
+    return words
 
 
 def qa_json(inputs: RulerInputs, dataset: str) -> Any:
@@ -154,19 +177,7 @@ def qa_json(inputs: RulerInputs, dataset: str) -> Any:
     path = Path(inputs.qa_dir) / name
     if not path.is_file():
         raise fail(f"--qa-data {inputs.qa_dir}: no {name}", fix)
-    return _read_json(path, "--qa-data", fix)
-
-
-def _read_json(path: Path, flag: str, fix: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise fail(f"{flag} {path}: cannot read it ({e.strerror or e})", fix) from None
-    except UnicodeDecodeError as e:
-        raise fail(f"{flag} {path} is not valid UTF-8 (byte {e.start})", fix) from None
-    except ValueError as e:
-        raise fail(f"{flag} {path} is not valid JSON ({e})", fix) from None
+    return read_json(path, "--qa-data", fix)
 
 
 def books_essay_text(folder: str | Path | None = None) -> str:

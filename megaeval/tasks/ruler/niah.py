@@ -207,6 +207,11 @@ def generate(
         raise fail(f"RULER's {task} places at most {len(DEPTHS)} needles in an essay",
                    "lower num_needle_k × num_needle_v in the task file")  # fmt: skip
     budget = spec["tokens_to_generate"]
+    needles = run.num_needle_k * args["num_needle_v"]
+    if needles + budget > max_seq_length:  # each needle sentence takes several tokens: drawing them is hopeless
+        raise fail(f"{task} cannot be generated at length {max_seq_length}: args.num_needle_k × args.num_needle_v "
+                   f"asks for {needles:,} needle sentences, and {budget} tokens are to be generated",
+                   "lower num_needle_k or num_needle_v in the task file, or use a longer length")  # fmt: skip
     incremental = INCREMENTAL[args["type_haystack"]]
     if not essay and max_seq_length < 4096:
         incremental = SHORT_INCREMENTAL

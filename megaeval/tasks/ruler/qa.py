@@ -31,39 +31,87 @@ class QaData:
     docs: list[str]
 
 
+class BadQa(ValueError):
+    """A field of a QA file that RULER's reader would take wrongly: `where` (its path in the file) and the rule."""
+
+
+def _get(obj: Any, key: str | int, kind: type, where: str) -> Any:
+    """obj[key], checked to be of `kind` (a text: not empty); BadQa naming the field where it is not."""
+    at = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key
+    if not isinstance(obj, dict) or key not in obj:
+        raise BadQa(f"`{at}` is missing")
+    value = obj[key]
+    names = {str: "a text", list: "a list", bool: "true or false", dict: "an object"}
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise BadQa(f"`{at}` is {value!r:.40}, not {names[kind]}")
+    if kind is str and not value.strip():
+        raise BadQa(f"`{at}` is an empty text")
+    return value
+
+
+def _items(obj: Any, key: str, where: str, kind: type = dict) -> list[tuple[str, Any]]:
+    """(path, item) of each item of the list obj[key], each checked to be of `kind`."""
+    at = f"{where}.{key}" if where else key
+    items = _get(obj, key, list, where)
+    for i, item in enumerate(items):
+        if not isinstance(item, kind) or isinstance(item, bool):
+            raise BadQa(f"`{at}[{i}]` is {item!r:.40}, not {'an object' if kind is dict else 'a list'}")
+    return [(f"{at}[{i}]", item) for i, item in enumerate(items)]
+
+
 def read_squad(data: Any) -> QaData:
-    """SQuAD v2 (dev-v2.0.json, RULER's squad.json) as read_squad reads it; unanswerable questions left out."""
-    docs = sorted({p["context"] for d in data["data"] for p in d["paragraphs"]})
+    """SQuAD v2 (dev-v2.0.json, RULER's squad.json) as read_squad reads it; unanswerable questions left out. Every
+    field RULER reads is checked: a question is a text, an answerable one has answers that are texts."""
+    if not isinstance(data, dict):
+        raise BadQa(f"the file holds a JSON {type(data).__name__}, not an object with `data`")
+    articles = [(at, [(p_at, p) for p_at, p in _items(a, "paragraphs", at)]) for at, a in _items(data, "data", "")]
+    docs = sorted({_get(p, "context", str, at) for _, paragraphs in articles for at, p in paragraphs})
     number = {doc: i for i, doc in enumerate(docs)}
     questions = []
-    for article in data["data"]:
-        in_article = [number[p["context"]] for p in article["paragraphs"]]
-        for paragraph in article["paragraphs"]:
+    for _, paragraphs in articles:
+        in_article = [number[p["context"]] for _, p in paragraphs]
+        for p_at, paragraph in paragraphs:
             own = number[paragraph["context"]]
-            for qa in paragraph["qas"]:
-                if not qa["is_impossible"]:
-                    questions.append({
-                        "query": qa["question"],
-                        "outputs": [a["text"] for a in qa["answers"]],
-                        "context": [own],
-                        "more_context": [i for i in in_article if i != own],
-                    })  # fmt: skip
+            for at, qa in _items(paragraph, "qas", p_at):
+                question = _get(qa, "question", str, at)
+                if _get(qa, "is_impossible", bool, at):
+                    continue
+                answers = [_get(answer, "text", str, a_at) for a_at, answer in _items(qa, "answers", at)]
+                if not answers:
+                    raise BadQa(f"`{at}.answers` is empty, and `is_impossible` is false")
+                questions.append({
+                    "query": question,
+                    "outputs": answers,
+                    "context": [own],
+                    "more_context": [i for i in in_article if i != own],
+                })  # fmt: skip
     return QaData(questions, docs)
 
 
 def read_hotpotqa(data: Any) -> QaData:
     """HotpotQA dev distractor (hotpot_dev_distractor_v1.json, RULER's hotpotqa.json) as read_hotpotqa reads it: each
-    paragraph is its title, a line break and its sentences joined."""
+    paragraph is its title, a line break and its sentences joined. Questions and answers are checked to be texts."""
+    if not isinstance(data, list):
+        raise BadQa(f"the file holds a JSON {type(data).__name__}, not a list of questions")
 
     def document(title: str, sentences: list[str]) -> str:
         return f"{title}\n{''.join(sentences)}"
 
-    docs = sorted({document(t, p) for d in data for t, p in d["context"]})
+    rows = []
+    for i, row in enumerate(data):
+        at = f"[{i}]"
+        if not isinstance(row, dict):
+            raise BadQa(f"`{at}` is {row!r:.40}, not an object")
+        paragraphs = []
+        for p_at, paragraph in _items(row, "context", at, list):
+            if len(paragraph) != 2 or not isinstance(paragraph[0], str) or not isinstance(paragraph[1], list) \
+                    or not all(isinstance(s, str) for s in paragraph[1]):  # fmt: skip
+                raise BadQa(f"`{p_at}` is not a [title, [sentences]] pair of texts")
+            paragraphs.append(document(*paragraph))
+        rows.append((_get(row, "question", str, at), _get(row, "answer", str, at), paragraphs))
+    docs = sorted({d for _, _, paragraphs in rows for d in paragraphs})
     number = {doc: i for i, doc in enumerate(docs)}
-    questions = [
-        {"query": d["question"], "outputs": [d["answer"]], "context": [number[document(t, p)] for t, p in d["context"]]}
-        for d in data
-    ]
+    questions = [{"query": q, "outputs": [a], "context": [number[d] for d in paragraphs]} for q, a, paragraphs in rows]
     return QaData(questions, docs)
 
 
@@ -74,12 +122,11 @@ def load_qa(dataset: str, inputs: RulerInputs) -> QaData:
     """RULER's QA data for `dataset` from `inputs.qa_dir`, or one line naming the file that is missing or malformed."""
     data = qa_json(inputs, dataset)
     read, what = READERS[dataset]
+    name = QA_FILES[dataset]
     try:
         qa = read(data)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-        problem = f"no field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
-        name = QA_FILES[dataset]
-        raise fail(f"--qa-data {inputs.qa_dir}: {name} is not {what} as RULER reads it ({problem})",
+    except BadQa as e:
+        raise fail(f"--qa-data {inputs.qa_dir}: {name} is not {what} as RULER reads it ({e})",
                    f"pass the {what} file that RULER's download script saves as {name}") from None  # fmt: skip
     return qa
 

@@ -4,6 +4,7 @@ generate, the template and answer prefix, and the metric. A broken file is one l
 
 from __future__ import annotations
 
+import math
 import string
 from typing import Any
 
@@ -30,6 +31,10 @@ PLACEHOLDERS: dict[str, tuple[set[str], set[str]]] = {
     "qa": ({"context", "query"}, set()),
 }
 QA_DATASETS = ("squad", "hotpotqa")
+# fwe's bounds: past them its generator draws for ever or runs out of memory (RULER's own: 2.0, 6, -1)
+MAX_ALPHA = 100.0
+MAX_CODED_WORDLEN = 50
+MAX_VOCAB = 1_000_000
 FIELDS = ("task", "kind", "args", "tokens_to_generate", "template", "answer_prefix", "metric")
 
 
@@ -100,10 +105,28 @@ def _check_args(spec: dict[str, Any], kind: str, bad) -> None:
             raise bad(f"args.{name}", f"is {args[name]!r}; it must be one of {', '.join(NEEDLE_TYPES)}")
     if kind == "qa" and args["dataset"] not in QA_DATASETS:
         raise bad("args.dataset", f"is {args['dataset']!r}; it must be one of {', '.join(QA_DATASETS)}")
-    if kind == "freq_words_extraction" and not args["alpha"] > 1:
-        raise bad("args.alpha", f"is {args['alpha']}; the Zipf exponent must be above 1")
+    if kind == "freq_words_extraction":
+        _check_fwe(args, bad)
     if kind == "common_words_extraction" and args["num_fewshot"] < 0:
         raise bad("args.num_fewshot", f"is {args['num_fewshot']}; it must be 0 or more")
+
+
+def _check_fwe(args: dict[str, Any], bad) -> None:
+    """fwe's Zipf exponent, word length and vocabulary: what its generator can draw (distinct words of
+    `coded_wordlen` lowercase letters) in bounded time and memory."""
+    if not math.isfinite(args["alpha"]) or not 1 < args["alpha"] <= MAX_ALPHA:
+        raise bad("args.alpha", f"is {args['alpha']}; the Zipf exponent must be above 1 and at most {MAX_ALPHA} "
+                  "(RULER's is 2.0)")  # fmt: skip
+    if args["coded_wordlen"] > MAX_CODED_WORDLEN:
+        raise bad("args.coded_wordlen", f"is {args['coded_wordlen']}; it must be at most {MAX_CODED_WORDLEN} "
+                  "(RULER's is 6)")  # fmt: skip
+    vocab = args["vocab_size"]
+    if vocab != -1 and not 2 <= vocab <= MAX_VOCAB:
+        raise bad("args.vocab_size", f"is {vocab}; it must be -1 (RULER's: one word per 50 tokens of the length) or "
+                  f"from 2 (the noise and one answer word) to {MAX_VOCAB:,}")  # fmt: skip
+    if vocab > 26 ** args["coded_wordlen"]:
+        raise bad("args.vocab_size", f"is {vocab:,}, more distinct words than {args['coded_wordlen']} letters make "
+                  f"(26^{args['coded_wordlen']})")  # fmt: skip
 
 
 def _whole(value: Any) -> bool:

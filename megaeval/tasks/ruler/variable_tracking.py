@@ -190,6 +190,11 @@ def generate(
     args = spec["args"]
     task = spec.get("task", "vt")
     check_args(spec, task)
+    statements = args["num_chains"] * (args["num_hops"] + 1)
+    if statements + spec["tokens_to_generate"] > max_seq_length:  # each takes several tokens: hopeless to draw
+        raise fail(f"{task} cannot be generated at length {max_seq_length}: args.num_chains × (args.num_hops + 1) "
+                   f"asks for {statements:,} statements, and {spec['tokens_to_generate']} tokens are to be generated",
+                   "lower num_chains or num_hops in the task file, or use a longer length")  # fmt: skip
     essay = args["type_haystack"] == "essay"
     run = VtRun(spec, count_tokens, Random(seed), np.random.RandomState(seed), essay_words(inputs) if essay else None)
     example = generate_run(run, EXAMPLE_LENGTH, 1, None, f"{task} (its worked example)", EXAMPLE_FIX)[0]

@@ -27,6 +27,7 @@ from .inputs import RulerInputs, TokenCounter, wonderwords_words
 CWE_INCREMENTAL = 10  # sys_word_pair_random's step
 CWE_ESTIMATE_WORDS = 4096  # the word count RULER measures tokens per word at
 CWE_SMALL_BELOW = 4096  # below this max_seq_length RULER switches to its smaller setting
+CWE_MAX_LISTED = 50_000_000  # words listed in one prompt (with repeats) past which memory runs out
 CWE_DEFAULTS = {"freq_cw": 30, "freq_ucw": 3, "num_cw": 10, "num_fewshot": 1}
 FWE_DEFAULTS = {"alpha": 2.0, "coded_wordlen": 6, "vocab_size": -1}
 FWE_WORDS_PER_VOCAB = 50  # vocab_size -1: one coded word per 50 tokens of the budget
@@ -86,12 +87,38 @@ def generate_cwe(
 
     if total_tokens(_cwe_prompt(cwe, "")) > max_seq_length:  # RULER would retry its smallest list for ever
         raise _too_short(cwe.task, max_seq_length, f"its template and {to_generate} tokens to generate are longer")
+    _check_cwe_sizes(cwe, to_generate)
     num_words = _cwe_num_words(cwe, count_tokens, total_tokens, max_seq_length)
+    if num_words < cwe.num_cw:
+        raise _too_short(cwe.task, max_seq_length, f"its list fits {num_words} words, fewer than args.num_cw "
+                         f"{cwe.num_cw}")  # fmt: skip
     records = []
     for index in range(num_samples):
         (text, answer), length = draw_fitting(attempt, num_words, CWE_INCREMENTAL, max_seq_length, cwe.task)
         records.append(ruler_record(index, text, answer, length, spec["answer_prefix"]))
     return records
+
+
+def _check_cwe_sizes(cwe: _Cwe, to_generate: int) -> None:
+    """Refuse, before drawing, arguments whose smallest prompt lists more words than the length has tokens (each
+    listed word takes at least one), or whose lists hold fewer words than the num_cw common ones asked for."""
+    small = cwe.length < CWE_SMALL_BELOW
+    shot_words, shot_cw, shot_ucw = (20, 3, 1) if small else (40, 10, 3)
+    cw, ucw = (6, 1) if small else (cwe.freq_cw, cwe.freq_ucw)
+    if cwe.num_fewshot and cwe.num_cw > shot_words:
+        raise fail(f"{cwe.task} at length {cwe.length}: args.num_cw {cwe.num_cw} asks for more common words than its "
+                   f"few-shot lists of {shot_words} words hold", f"use args.num_cw up to {shot_words}")  # fmt: skip
+    shots = cwe.num_fewshot * (cwe.num_cw * shot_cw + (shot_words - cwe.num_cw) * shot_ucw)
+    listed = shots + cwe.num_cw * cw + max(CWE_INCREMENTAL - cwe.num_cw, 1) * ucw
+    if listed + to_generate > cwe.length:
+        args = "num_fewshot, num_cw" + ("" if small else ", freq_cw, freq_ucw")
+        raise fail(f"{cwe.task} cannot be generated at length {cwe.length}: its smallest prompt lists {listed:,} "
+                   f"words (args {args}), each at least a token, and {to_generate} tokens are to be generated",
+                   f"lower args {args} in the task file, or use a longer length")  # fmt: skip
+    estimating = shots + cwe.num_cw * cw + max(CWE_ESTIMATE_WORDS - cwe.num_cw, 0) * ucw
+    if estimating > CWE_MAX_LISTED:  # the list RULER measures tokens per word with would not fit in memory
+        raise fail(f"{cwe.task}: RULER's estimate lists {CWE_ESTIMATE_WORDS} words {estimating:,} times with these "
+                   "args (num_fewshot, num_cw, freq_cw, freq_ucw)", "lower them in the task file")  # fmt: skip
 
 
 def cwe_words(seed: int) -> list[str]:
@@ -192,6 +219,10 @@ def generate_fwe(
         vocab_size = budget // FWE_WORDS_PER_VOCAB
     if vocab_size < 1:
         raise _too_short(task, max_seq_length, "RULER's vocabulary (one coded word per 50 tokens) is empty")
+    if vocab_size > 26 ** int(args["coded_wordlen"]):  # drawing distinct words would go on for ever
+        raise fail(f"{task} at length {max_seq_length} needs {vocab_size:,} distinct coded words (vocab_size -1: one "
+                   f"per 50 tokens), more than {args['coded_wordlen']} letters make",
+                   "raise args.coded_wordlen or set args.vocab_size in the task file")  # fmt: skip
     fwe = _Fwe(
         task=task,
         length=max_seq_length,
@@ -211,6 +242,9 @@ def generate_fwe(
         text, answer, _ = _fwe_input(fwe, num_example_words)
         length = count_tokens(text) + to_generate
         records.append(ruler_record(index, text, answer, length, spec["answer_prefix"]))
+    if vocab_size < 2:  # the instance would have no answer word
+        raise _too_short(task, max_seq_length, "RULER's vocabulary (one coded word per 50 tokens) holds only the "
+                         "noise word '...', and no word to answer with")  # fmt: skip
     return records
 
 

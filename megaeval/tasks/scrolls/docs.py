@@ -111,6 +111,15 @@ def group_examples(rows: list[Any], where: str = "data") -> list[Example]:
     return list(examples.values())
 
 
+def document_groups(examples: list[Example]) -> list[list[Example]]:
+    """The examples grouped by their document (the same text), groups in order of their first example: questions
+    whose prompts may share their reading."""
+    groups: dict[str, list[Example]] = {}
+    for example in examples:
+        groups.setdefault(example.document, []).append(example)
+    return list(groups.values())
+
+
 def check_template(template: str, where: str = "--template") -> None:
     """Refuse a template that lacks {CONTEXT} or {QUESTION}, or holds any other field ({FOO}, {}, {0}), which a
     prompt would keep literally; `where` names the template's source in the error."""

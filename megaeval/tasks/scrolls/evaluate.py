@@ -1,30 +1,36 @@
 """SCROLLS examples answered as MEGALODON's Table 2 reads them: the few-shot prefix, each prompt, a greedy answer.
 
 The prefix (BOS under the policy, `scoring.requests.bos_prefix`, then the exemplars) is fitted once per task by
-the rule of `tasks.scrolls.docs` (whole for unlimited-context models) and read once; every example starts from a
-copy of its state, reads its own prompt (its document cut to the budget the prefix leaves) and is answered
-greedily until EOS or a stop string. With a chat template (or a system instruction) the prompts are written by
-`docs.PromptForm` (`prompt_form`): the prefix is all the rendering before the example's SCROLLS prompt.
+the rule of `tasks.scrolls.docs` (whole for unlimited-context models) and read once; every example continues its
+state with its own prompt (its document cut to the budget the prefix leaves) and is answered greedily until EOS or
+a stop string. Prompts that share a start (questions on one document) read it once and branch from a copy of that
+state (`read_prompts`); a prompt holds the same tokens either way, and the per-question reading (each prompt whole
+from a copy of the prefix's state) stays as the reference (`shared=False`). With a chat template (or a system
+instruction) the prompts are written by `docs.PromptForm` (`prompt_form`): the prefix is all the rendering before
+the example's SCROLLS prompt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
+
+import torch
 
 from ...errors import fail
 from ...metrics.scrolls import example_scores
 from ...models.base import State, StreamingLM
 from ...runs.samples import decoded_ends
 from ...scoring.chat import ChatFormat, ChatTemplate
-from ...scoring.generate import decode_rows, prefill
+from ...scoring.generate import branch_tree, decode_rows, prefill
 from ...scoring.requests import bos_prefix
 from .docs import (
     Example,
     FewShotFit,
     PromptForm,
     bare_prompt_tokens,
+    document_groups,
     fit_example,
     fit_few_shot,
     fit_prompt,
@@ -94,25 +100,60 @@ def fit_prefix(
     return fit
 
 
+READ = "prompt_tokens_read"  # per example: the tokens read for it after the prefix (a shared start counted once)
+
+
+def read_prompts(
+    lm: StreamingLM, prompts: list[list[int]], prefix: State, shared: bool = True,
+    after_prompt: Callable[[State], None] | None = None, counts: list[int] | None = None,
+) -> Iterator[tuple[int, torch.Tensor, State]]:  # fmt: skip
+    """The prompts read on from the prefix's state, which is not changed: (each one's index, its last logits, its
+    state). With `shared`, as `scoring.generate.branch_tree` reads them: every start prompts share (the document
+    that several questions ask about, as far as their fitted tokens agree) is read once, prompts in order of their
+    tokens. Otherwise each prompt whole from a copy of the prefix's state, in order: the per-question reference.
+    `counts[i]`: the tokens read for prompt i."""
+    counts = counts if counts is not None else [0] * len(prompts)
+    if shared:
+        yield from branch_tree(lm, prompts, prefix, after_prompt, counts)
+        return
+    for i, ids in enumerate(prompts):
+        logits, state = prefill(lm, ids, prefix.clone())
+        counts[i] = len(ids)
+        if after_prompt is not None:
+            after_prompt(state)
+        yield i, logits, state
+
+
 def evaluate_examples(
     lm: StreamingLM, task: ScrollsTask, fit: FewShotFit, prefix: State, examples: list[Example],
-    truncation: str = "middle", after_prompt: Callable[[State], None] | None = None, batch_size: int = 1,
+    truncation: str = "middle", after_prompt: Callable[[State], dict[str, Any]] | None = None, batch_size: int = 1,
+    shared: bool = True,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Answer examples of one task, each from a copy of the prefix's state, decoded `batch_size` at a time
-    (`scoring.generate.decode_rows`: each gets what it gets alone); their samples records, in order."""
+    """Answer examples of one task from the prefix's state, their prompts read by `read_prompts` (`shared`: each
+    start they share read once) and decoded `batch_size` at a time (`scoring.generate.decode_rows`: each gets what
+    it gets alone); their samples records, in order, with the tokens read for each (READ) and what `after_prompt`
+    says of each one's state once read."""
     chosen = task.chosen
     prompts = [fit_prompt(lm, fit.form, example, fit.budget, truncation) for example in examples]
+    counts, order, seen = [0] * len(prompts), [], []
+    position = {id(example): i for i, example in enumerate(examples)}
 
-    def rows():
-        for ids, _ in prompts:
-            logits, state = prefill(lm, ids, prefix.clone())
-            if after_prompt is not None:
-                after_prompt(state)
-            yield logits, state
+    def rows():  # group by group (prompts share only within a document: counts do not depend on the batch)
+        note = None if after_prompt is None else (lambda state: seen.append(after_prompt(state)))
+        for group in document_groups(examples):
+            members = [position[id(example)] for example in group]
+            read = [0] * len(members)
+            for k, logits, state in read_prompts(lm, [prompts[i][0] for i in members], prefix, shared, note, read):
+                order.append(members[k])
+                yield logits, state
+            for k, i in enumerate(members):
+                counts[i] = read[k]
 
-    gens = decode_rows(lm, rows(), chosen["max_new_tokens"], chosen["stop"], batch_size)
+    decoded = decode_rows(lm, rows(), chosen["max_new_tokens"], chosen["stop"], batch_size)
+    gens, measured = dict(zip(order, decoded, strict=True)), dict(zip(order, seen or [{}] * len(order), strict=True))
     records = []
-    for example, (ids, dropped), gen in zip(examples, prompts, gens, strict=True):
+    for i, (example, (ids, dropped)) in enumerate(zip(examples, prompts, strict=True)):
+        gen = gens[i]
         prediction = gen.text.strip()
         records.append({
             "task": task.name, "id": example.id, "prompt_tokens": len(fit.ids) + len(ids),
@@ -120,6 +161,6 @@ def evaluate_examples(
             "prediction": prediction, "references": example.references, "stop_reason": gen.stop_reason,
             "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in task.exemplars],
             "scores": example_scores(chosen["metric"], prediction, example.references),
-            **decoded_ends(lm.tokenizer, [*fit.ids, *ids]),
+            **decoded_ends(lm.tokenizer, [*fit.ids, *ids]), READ: counts[i], **measured[i],
         })  # fmt: skip
     return records

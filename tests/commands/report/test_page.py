@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from megaeval import MegaevalError
-from megaeval.commands.report.page import write_html
+from megaeval.commands.report.kinds import compare
+from megaeval.commands.report.page import render_page, write_html
 from megaeval.tables import format_value
 
 REQUIRE_BROWSER = os.environ.get("MEGAEVAL_REQUIRE_BROWSER") == "1"  # `make test` installs Chromium and sets it
@@ -91,8 +92,13 @@ class Tables(HTMLParser):
 
 
 def page_data(page: str) -> dict:
+    """The page's sample data: its runs, and its samples as objects (the page holds rows of FIELDS' values)."""
     found = re.search(r'<script type="application/json" id="samples-data">(.*?)</script>', page, re.S)
-    return json.loads(found.group(1).replace("<\\/", "</"))
+    assert "<" not in found.group(1) and ">" not in found.group(1)  # every one escaped: no markup inside
+    raw = json.loads(found.group(1))
+    samples = [dict(zip(raw["fields"], row, strict=True)) for row in raw["samples"]]
+    return {"runs": raw["runs"], "omitted": raw["omitted"],
+            "samples": [{**s, "run": raw["runs"][s["run"]]} for s in samples]}  # fmt: skip
 
 
 def test_the_page_holds_the_reports_numbers_and_the_samples(runs, tmp_path):
@@ -220,14 +226,111 @@ def test_ruler_and_longppl_reports_get_their_tables(tmp_path):
 
 
 def test_a_large_samples_file_stays_a_page_of_a_few_megabytes(runs, tmp_path):
-    lines = [{"task": "arc_easy", "doc_id": i, "target": 1, "prediction": 0, "acc": float(i % 3 == 0),
-              "acc_norm": 0.0, "prompt_head": f"{i} " + "h" * 298, "prompt_tail": "t" * 297 + f" {i}"}
+    """15,000 realistic samples (prompt ends of 300 characters holding markup, log-likelihoods, ids) all stay."""
+    lines = [{"task": "arc_easy", "doc_id": f"ARC-Easy/test/Mercury_{7000000 + i}", "target": 1, "prediction": 0,
+              "acc": float(i % 3 == 0), "acc_norm": 0.0, "loglikelihoods": [-12.3456789, -10.987654, -11.5, -13.25],
+              "prompt_head": f"{i} <p>é" + "h" * 294, "prompt_tail": "t" * 297 + f" {i}"}
              for i in range(15_000)]  # fmt: skip
     (tmp_path / "a1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     page = write_html([runs["a1"]], [tmp_path / "a1.jsonl"], tmp_path / "p.html")
     assert page.stat().st_size < 5_000_000
-    samples = page_data(page.read_text())["samples"]
-    assert len(samples) == 15_000 and sum(s["correct"] for s in samples) == 5_000
+    data = page_data(page.read_text())
+    samples = data["samples"]
+    assert len(samples) == 15_000 and data["omitted"] == 0 and sum(s["correct"] for s in samples) == 5_000
     assert all(
-        s["prompt_head"].startswith(f"{i} ") and s["prompt_tail"].endswith(f" {i}") for i, s in enumerate(samples)
+        s["prompt_head"].startswith(f"{i} <p>é") and s["prompt_tail"].endswith(f" {i}") for i, s in enumerate(samples)
     )
+
+
+def test_long_ids_are_cut_and_stay_distinct_and_past_the_budget_a_subset_is_kept(runs, tmp_path):
+    from megaeval.commands.report import samples as S
+
+    lines = [{"task": "arc_easy", "doc_id": "x" * 20_000 + str(i), "target": 1, "prediction": 0, "acc": 1.0,
+              "acc_norm": 1.0} for i in range(2_000)]  # fmt: skip
+    (tmp_path / "a1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = write_html([runs["a1"]], [tmp_path / "a1.jsonl"], tmp_path / "p.html")
+    assert page.stat().st_size < 1_000_000
+    ids = [s["id"] for s in page_data(page.read_text())["samples"]]
+    assert len(set(ids)) == 2_000 and max(map(len, ids)) == S.ID_CHARS
+    # a budget that cutting text cannot meet: a fixed subset of the documents, the same in both runs, is kept
+    rows = [{"run": run, "task": "t", "id": str(i), "length": None, "depth": None, "score": 1.0, "correct": True,
+             **dict.fromkeys(S.TEXTS, "y" * 100)} for run in ("a", "b") for i in range(1_000)]  # fmt: skip
+    kept, omitted = S.fit_page(rows, 50_000)
+    assert 0 < len(kept) < 2_000 and omitted == 2_000 - len(kept)
+    assert sum(map(S._size, kept)) <= 50_000
+    assert {r["id"] for r in kept if r["run"] == "a"} == {r["id"] for r in kept if r["run"] == "b"}
+    page = render_page([json.loads(runs["a1"].read_text())], ["a", "b"], kept, omitted)
+    assert f"({omitted} more left out)" in page
+
+
+def test_samples_are_tied_to_their_run_by_checksum(runs, tmp_path):
+    """A report recording its samples file's sha256 takes that file under any name, and no other file under its
+    name (another run's, beside it); one file given twice is refused; an id twice in one file stays two samples."""
+    from megaeval.files import file_sha256
+
+    report = json.loads(runs["a1"].read_text())
+    report["data"]["samples_sha256"] = file_sha256(tmp_path / "a1.jsonl")
+    runs["a1"].write_text(json.dumps(report))
+    moved = tmp_path / "renamed.jsonl"
+    shutil.copyfile(tmp_path / "a1.jsonl", moved)
+    assert len(page_data(write_html([runs["a1"]], [moved], tmp_path / "p.html").read_text())["samples"]) == 3
+    with pytest.raises(MegaevalError, match=r"renamed\.jsonl and .*a1\.jsonl both belong to report .*a1\.json"):
+        write_html([runs["a1"]], [moved, tmp_path / "a1.jsonl"], tmp_path / "q.html")
+    with pytest.raises(MegaevalError, match=r"a1\.jsonl and .*a1\.jsonl both belong"):
+        write_html([runs["a1"], runs["a2"]], [tmp_path / "a1.jsonl", tmp_path / "a1.jsonl"], tmp_path / "q.html")
+    shutil.copyfile(tmp_path / "a2.jsonl", tmp_path / "a1.jsonl")  # another run's file, under this run's name
+    with pytest.raises(MegaevalError, match=r"a1\.jsonl is not the one the run of .*a1\.json wrote"):
+        write_html([runs["a1"]], [tmp_path / "a1.jsonl"], tmp_path / "q.html")
+    assert not (tmp_path / "q.html").exists()
+    lines = [{"task": "arc_easy", "doc_id": 0, "acc": a, "acc_norm": a, "target": 1, "prediction": 1} for a in (1, 0)]
+    (tmp_path / "a2.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    shown = page_data(write_html([runs["a2"]], [tmp_path / "a2.jsonl"], tmp_path / "p.html").read_text())
+    assert [(s["id"], s["correct"]) for s in shown["samples"]] == [("0", True), ("0 #2", False)]
+
+
+def test_an_academic_sample_shows_the_choice_of_each_metric(tmp_path):
+    from megaeval.commands.report.samples import browser_rows
+
+    report = base("academic", "m", {}, {"hellaswag": {"metric": "acc_norm", "acc": 0.0, "acc_norm": 0.5, "n": 2}})
+    lines = [{"task": "hellaswag", "doc_id": 0, "target": 3, "prediction": 2, "acc": 0.0, "acc_norm": 1.0},
+             {"task": "hellaswag", "doc_id": 1, "target": 3, "prediction": 2, "acc": 0.0, "acc_norm": 0.0}]  # fmt: skip
+    rows = browser_rows(lines, report, "m", tmp_path / "s.jsonl")
+    assert [(r["correct"], r["prediction"]) for r in rows] == [
+        (True, "acc_norm: choice 3; acc: choice 2"),
+        (False, "acc_norm: a choice other than 3; acc: choice 2"),
+    ]
+
+
+def test_a_longppl_id_twice_is_two_rows(tmp_path):
+    docs = [{"id": "d.txt", "longppl": v, "ppl": 2 * v, "n_key_tokens": 1, "n_tokens": 10} for v in (3.0, 5.0)]
+    report = base("longppl", "m", {}, {"documents": docs, "longppl": 4.0, "ppl": 8.0, "n_key_tokens": 2,
+                                       "n_tokens": 20})  # fmt: skip
+    (tmp_path / "l.json").write_text(json.dumps(report))
+    parsed = Tables()
+    parsed.feed(write_html([tmp_path / "l.json"], [], tmp_path / "p.html").read_text())
+    assert [row[:2] for row in parsed.tables[0][1:]] == [["d.txt", "3.0000"], ["d.txt #2", "5.0000"],
+                                                        ["all (pooled)", "4.0000"]]  # fmt: skip
+    assert "d.txt #2,5.0000" in compare([tmp_path / "l.json"], fmt="csv")
+
+
+HOSTILE = ["<!--<script>", "<!-- <script>alert(1)</script> -->", "</script><script>document.body.dataset.error='x'"
+           "</script>", "<img src=x onerror=\"document.body.dataset.error='img'\">", "a\u2028b\u2029c", "nul\x00here",
+           "]]>", "<![CDATA[", "x" * 1_000_000, "</SCRIPT >", "&lt;&amp;", "<scr<script>ipt>"]  # fmt: skip
+
+
+def test_hostile_sample_texts_in_a_real_browser(runs, tmp_path):
+    """Model outputs and documents hold HTML: in every field and id, the page shows every sample as text (one
+    browser launch)."""
+    lines = [{"task": "arc_easy", "doc_id": f"{k}{text[:50]}", "target": 1, "prediction": text, "acc": 1.0,
+              "acc_norm": float(k % 2), "prompt_head": text, "prompt_tail": text[::-1]}
+             for k, text in enumerate(HOSTILE)]  # fmt: skip
+    (tmp_path / "a1.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    page = write_html([runs["a1"]], [tmp_path / "a1.jsonl"], tmp_path / "p.html")
+    samples = page_data(page.read_text())["samples"]
+    assert [s["prompt_head"][:300] for s in samples] == [t[:300] for t in HOSTILE]
+    shown = browse(page, "--dump-dom")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    dom = shown.stdout
+    assert 'data-ready="1"' in dom and "data-error" not in dom, dom[-2000:]
+    assert f'data-samples="{len(HOSTILE)}"' in dom and dom.count('<div class="card ') == len(HOSTILE)
+    assert "<img" not in dom and "&lt;!--&lt;script&gt;" in dom

@@ -13,17 +13,18 @@ def run_recording(monkeypatch: Any, settings: Any) -> tuple[dict, dict]:
     from megaeval.tasks.scrolls import evaluate as scrolls_evaluate
 
     seen: dict = {"prefix": [], "prompt": []}
-    read, fill = scrolls_command.read_prefix, scrolls_evaluate.prefill
+    read, prompts_read = scrolls_command.read_prefix, scrolls_evaluate.read_prompts
 
     def read_prefix(lm, ids):
         seen["prefix"].append(list(ids))
         seen["tokenizer"] = lm.tokenizer
         return read(lm, ids)
 
-    def prefill(lm, ids, state):
-        seen["prompt"].append((list(ids), state.length if hasattr(state, "length") else None))
-        return fill(lm, ids, state)
+    def read_prompts(lm, prompts, state, *args):
+        start = state.length if hasattr(state, "length") else None
+        seen["prompt"] += [(list(ids), start) for ids in prompts]
+        return prompts_read(lm, prompts, state, *args)
 
     monkeypatch.setattr(scrolls_command, "read_prefix", read_prefix)
-    monkeypatch.setattr(scrolls_evaluate, "prefill", prefill)
+    monkeypatch.setattr(scrolls_evaluate, "read_prompts", read_prompts)
     return run_scrolls(settings, progress=False), seen

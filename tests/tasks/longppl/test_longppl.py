@@ -207,7 +207,7 @@ def test_the_sweep_adds_longppl_per_length_from_a_key_file_or_an_evaluator(docs,
     for a, b in zip(from_file["results"]["lengths"], direct["results"]["lengths"], strict=True):
         assert (a["n_key_tokens"], a["longppl"]) == (b["n_key_tokens"], b["longppl"])
     assert direct["settings"]["trunc_len"] == 128 and from_file["settings"]["alpha"] == 0.5
-    with pytest.raises(MegaevalError, match=r"^--trunc-len set how key tokens are found, but no --evaluator"):
+    with pytest.raises(MegaevalError, match=r"^--trunc-len does not apply without --evaluator or --key-tokens"):
         run_ppl_sweep(SweepSettings(**sweep, trunc_len=64, out=str(tmp_path / "c.json")), progress=False)
     partial = json.loads((tmp_path / "k.json").read_text())
     partial["documents"] = partial["documents"][:1]

@@ -13,7 +13,7 @@ import yaml
 from megaeval.commands.needle import NeedleSettings
 from megaeval.errors import MegaevalError
 from megaeval.models import load_tokenizer
-from megaeval.scoring.chat import ChatFormat, select_template
+from megaeval.scoring.chat import select_template
 from megaeval.scoring.requests import prompt_encoder
 from megaeval.tasks.needle.haystack import book_words, split_sentences
 from megaeval.tasks.needle.prompts import build_prompts, draw_needles, haystack_words, render, sample_rng
@@ -181,9 +181,8 @@ def test_a_chat_template_that_does_not_render_is_one_line():
         tokenizer = load_tokenizer("embedded:transformer-tiny")
 
     Lm.tokenizer.tok.chat_template = "{% for m in messages %}{{ m.content }{% endfor %}"
-    template = select_template(Lm(), "default")
     with pytest.raises(MegaevalError, match=r"the chat template 'default' cannot be rendered \(TemplateSyntaxError"):
-        prompt_encoder(Lm(), False, ChatFormat("default"), template)("hello", "")
+        select_template(Lm(), "default")  # probed once when chosen, before any prompt
 
 
 @pytest.mark.parametrize("flags, match", [

@@ -50,7 +50,7 @@ def test_prepare_only_refuses_in_one_line_where_ruler_loops(tmp_path):
 
 def test_a_model_given_the_answers_scores_100_everywhere_from_generated_or_prepared_instances(tmp_path):
     data = tmp_path / "data"
-    common = dict(tasks=TASKS, lengths="3K,4K", num_samples=2, **INPUTS)
+    common = dict(tasks=TASKS, lengths="3K,4K", num_samples=2, qa_data=INPUTS["qa_data"])  # no task reads essays
     prepare_ruler(RulerSettings(tokenizer=str(save_oracle(tmp_path / "bare")), prepare_only=True,
                                 write_data=str(data), **common))  # fmt: skip
     answers = []
@@ -113,7 +113,38 @@ def test_the_cost_line_counts_the_instances_and_tokens_still_to_run(tmp_path, ca
     # (1K + 2K) x 2 samples: 4 instances, 6,144 tokens; at most 50 tokens generated each
     assert first[0].startswith("ruler: 4 of 4 instances to run, 6,144 prompt tokens to read (and up to 200 to ")
     assert re.search(r"reading takes about \d+ s at [\d,]+ tokens/s per model copy \(a 1K read", first[0])
-    run_ruler(RulerSettings(**settings, resume=True), progress=True)
+    # --write-data added on the resume writes every set, the finished unit's too
+    run_ruler(RulerSettings(**settings, resume=True, write_data=str(tmp_path / "w")), progress=True)
     # the first 1K instance done: 1K + 2K + 2K left
     again = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
     assert again[0].startswith("ruler: 3 of 4 instances to run, 5,120 prompt tokens to read (and up to 150 to ")
+    assert [len(read_instances(tmp_path / "w", n, "fwe")) for n in (1024, 2048)] == [2, 2]
+
+
+def test_the_fingerprint_holds_the_checksums_of_the_instance_files_read(tmp_path):
+    from megaeval.commands.ruler import data_facts
+    from megaeval.tasks.ruler.spec import load_ruler_task
+
+    path = instances_path(tmp_path, 1024, "fwe")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"input": "x", "outputs": ["a"], "length": 10, "answer_prefix": " A:"}) + "\n")
+    settings = RulerSettings(model="embedded:megalodon-tiny", tasks="fwe", lengths="1K", num_samples=1,
+                             data_dir=str(tmp_path))  # fmt: skip
+    before = data_facts(settings, {"fwe": load_ruler_task("fwe")})
+    path.write_text(path.read_text().replace('"a"', '"b"'))
+    after = data_facts(settings, {"fwe": load_ruler_task("fwe")})
+    assert before["data_dir"]["sha256"]["1024/fwe"] != after["data_dir"]["sha256"]["1024/fwe"]
+
+
+def test_flags_that_do_not_apply_are_refused_by_one_table(tmp_path):
+    prepare = dict(prepare_only=True, write_data=str(tmp_path / "w"), tasks="fwe", lengths="1K")
+    RulerSettings(**prepare, tokenizer="embedded:megalodon-tiny", seed=7)  # they apply
+    RulerSettings(**prepare, bos="auto", out="reports/ruler.json")  # defaults are not given flags
+    for flag, value in RulerSettings.MODES.items():
+        mode = next(m for m in ("prepare", "data", "generate") if m not in value[1])
+        given = {"prepare": prepare, "generate": dict(tasks="fwe", lengths="1K"),
+                 "data": dict(tasks="fwe", lengths="1K", data_dir=str(tmp_path))}[mode]  # fmt: skip
+        other = {None: "x", 42: 7, "auto": 4, False: True, 1: 2, 1800.0: 9.0, "reports/ruler.json": "r.json",
+                 "cpu": "cuda", "float32": "float16"}.get(value[0], 50.0)  # fmt: skip
+        with pytest.raises(MegaevalError, match=rf"--{flag.replace('_', '-')} does not apply"):
+            RulerSettings(**{**given, flag: other})

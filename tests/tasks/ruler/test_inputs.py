@@ -95,7 +95,9 @@ def test_read_essays(tmp_path):
         "other.json": ('{"title": "x"}', "no 'text' field"),
         "number.json": ('{"text": 3}', "not a string"),
         "empty.json": ('{"text": "  "}', "empty"),
-        "latin1.json": (b'{"text": "caf\xe9"}', "not valid UTF-8"),
+        "latin1.json": (b'{"text": "caf\xe9"}', "line 1 is not UTF-8 text"),
+        "surrogate.json": ('{"text": "a\\ud800 b"}', "line 1 holds a lone surrogate"),
+        "chinese.json": (json.dumps({"text": "一二三四五。" * 400}, ensure_ascii=False), "without a space"),
     }
     for name, (content, message) in cases.items():
         path = tmp_path / name
@@ -105,7 +107,7 @@ def test_read_essays(tmp_path):
             path.write_text(content, encoding="utf-8")
         with pytest.raises(MegaevalError, match=message) as e:
             ri.read_essays(path)
-        assert "\n" not in str(e.value) and "PaulGrahamEssays.json" in str(e.value)
+        assert "\n" not in str(e.value) and str(e.value).startswith(f"--essays {path}")
 
 
 def test_qa_json(tmp_path):

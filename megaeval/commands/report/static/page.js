@@ -5,7 +5,18 @@ window.addEventListener("error", (e) => { document.body.dataset.error = String(e
   "use strict";
   const FIELDS = ["run", "task", "length", "depth", "result"];
   const PAGE = 200; // document groups drawn at a time
-  const data = JSON.parse(document.getElementById("samples-data").textContent);
+  // rows of the fields' values, the run as its index: a page of 15,000 samples stays a few MB
+  const raw = JSON.parse(document.getElementById("samples-data").textContent);
+  const data = {
+    runs: raw.runs,
+    omitted: raw.omitted || 0,
+    samples: raw.samples.map((row) => {
+      const s = {};
+      raw.fields.forEach((f, i) => { s[f] = row[i]; });
+      s.run = raw.runs[s.run];
+      return s;
+    }),
+  };
   const root = document.getElementById("samples");
   if (!root) { document.body.dataset.ready = "1"; return; }
   const count = document.getElementById("sample-count");
@@ -89,19 +100,19 @@ window.addEventListener("error", (e) => { document.body.dataset.error = String(e
     for (const s of data.samples) {
       if (!matches(s)) continue;
       visible += 1;
-      const key = s.task + "\u0000" + s.id;
+      const key = JSON.stringify([s.task, s.id]);
       if (!groups.has(key)) groups.set(key, []);
       groups.get(key).push(s);
     }
     list.replaceChildren();
     let drawn = 0;
-    for (const [key, samples] of groups) {
+    for (const samples of groups.values()) {
       if (drawn >= shown) break;
       drawn += 1;
       const group = document.createElement("div");
       group.className = "group";
-      const [task, id] = key.split("\u0000");
       const first = samples[0];
+      const task = first.task, id = first.id;
       const where = [first.length != null ? "length " + first.length : "", first.depth != null ? "depth " + first.depth + "%" : ""]
         .filter(Boolean).join(", ");
       group.appendChild(text("div", "group-title", task + " · " + id + (where ? " · " + where : "")));
@@ -113,7 +124,9 @@ window.addEventListener("error", (e) => { document.body.dataset.error = String(e
       list.appendChild(group);
     }
     count.textContent = visible + " samples in " + groups.size + " documents" +
-      (groups.size > drawn ? " (first " + drawn + " shown)" : "");
+      (groups.size > drawn ? " (first " + drawn + " shown)" : "") +
+      (data.omitted ? "; " + data.omitted + " more samples left out of this page to keep it small (the same " +
+        "documents of each task in every run are kept)" : "");
     count.dataset.samples = String(visible);
     more.hidden = groups.size <= drawn;
   }
