@@ -163,6 +163,6 @@ def load(path: str | Path, device: torch.device, dtype: torch.dtype, *, tokenize
         raise fail(f"{path}: the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}",
                    "pass the tokenizer this model was trained with (--model-args tokenizer=DIR)")  # fmt: skip
     with torch.device("meta"):
-        model = model_class(config, chunk=CHUNKS.get(architecture.name, CHUNK))
+        model = model_class(config, chunk=CHUNKS.get(architecture.module, CHUNK))
     stored = checkpoint.load_weights(model, path, layout, dtype, device)
     return RecurrentLM(model, tok, architecture, path, layout, stored, tokenizer)
