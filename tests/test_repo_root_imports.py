@@ -118,6 +118,7 @@ def hf_run(tmp_path_factory) -> tuple[Path, Path, Path]:
     return llama, books, root / "stream"
 
 
+@pytest.mark.slow  # -m slow: test_info_on_an_hf_model runs the same checkout-root setup in the default run
 def test_prep_books_with_an_hf_model(hf_run, tmp_path):
     llama, books, stream = hf_run
     megaeval("prep-books", str(books), "--model", f"hf:{llama}", "--out", str(tmp_path / "stream"), "--workers", "1")

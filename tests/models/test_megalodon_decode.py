@@ -152,8 +152,10 @@ FEATURES = {  # every branch of the fused step: SwiGLU or not, FFN rescale, affi
 @pytest.mark.parametrize(
     "dtype, features",
     [
-        (torch.float32, "small"),
-        pytest.param(torch.float32, "plain", marks=pytest.mark.slow),  # the interpreter is slow: -m slow runs these
+        # the interpreter is slow: -m slow runs these (each fused kernel is held to its reference in the default run:
+        # tests/kernels/test_decode_step.py)
+        pytest.param(torch.float32, "small", marks=pytest.mark.slow),
+        pytest.param(torch.float32, "plain", marks=pytest.mark.slow),
         pytest.param(torch.bfloat16, "small", marks=pytest.mark.slow),
     ],
 )

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...errors import fail
 from ...files import file_sha256, write_output
+from ...text import read_json
 from ..data import read_rows
 
 FIELDS = ("input", "question", "target")
@@ -134,12 +135,7 @@ def write_instances(folder: str | Path, task: str, length: str, records: list[di
 def _rows(path: Path) -> list[dict]:
     if path.suffix == ".jsonl":
         return read_rows(path)
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise fail(
-            f"{path} is not valid JSON ({e})", "pass BABILong's sets as written (a JSON list of records)"
-        ) from None
+    rows = read_json(path, fix="pass BABILong's sets as written (a JSON list of records)")
     if not isinstance(rows, list):
         raise fail(f"{path} holds a {type(rows).__name__}, not a list of instances", "pass BABILong's sets as written")
     return rows

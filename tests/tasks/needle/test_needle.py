@@ -445,8 +445,9 @@ def test_the_haystack_search_finds_the_largest_fitting_size_as_a_scan_does():
         assert len(calls) <= 60
 
 
+# -m slow: the default run decodes needle prompts in a batch in tests/test_batched_generation.py
 @pytest.mark.parametrize("model", [pytest.param("embedded:mamba2-tiny", marks=pytest.mark.slow),
-                                   "embedded:transformer-tiny"])  # fmt: skip
+                                   pytest.param("embedded:transformer-tiny", marks=pytest.mark.slow)])  # fmt: skip
 def test_batch_size_one_and_auto_give_identical_reports(tmp_path, model):
     common = dict(tasks="passkey,niah_single_1", lengths="384,512", depths="0,30,60,100", samples_per_cell=2,
                   max_new_tokens=16)  # fmt: skip

@@ -58,7 +58,7 @@ def trie_size(prompts: list[list[int]]) -> int:
     [
         ("megalodon-tiny", {"dtype": "float64"}),
         pytest.param("rfa-tiny", {}, marks=pytest.mark.slow),  # -m slow: the default run keeps one of each kind
-        ("mamba2-tiny", {}),
+        pytest.param("mamba2-tiny", {}, marks=pytest.mark.slow),
         pytest.param("transformer-tiny", {}, marks=pytest.mark.slow),
         ("transformer-tiny", {"model_args": {"max_context": 64}}),
     ],
