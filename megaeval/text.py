@@ -116,8 +116,3 @@ def iter_jsonl(path: str | Path, what: str = "", fix: str = "fix or remove that 
                 raise fail(f"{name} line {number} is not UTF-8 text ({e.reason})", CONVERT) from None
             if line.strip():
                 yield number, parse_json(line, f"{name} line {number}", fix)
-
-
-def dumps_line(value: Any) -> str:
-    """One JSON line (no newline) as every JSONL file megaeval writes holds it: UTF-8 text, not escaped."""
-    return json.dumps(value, ensure_ascii=False)
