@@ -61,30 +61,28 @@ def _check_string(text: str, where: str) -> None:
 
 def parse_json(text: str, where: str, fix: str = "fix the file") -> Any:
     """One JSON value from `text` (read from `where`: "FILE" or "FILE line N"), its strings checked."""
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise fail(f"{where} is nested too deeply to be data", fix) from None
-    except ValueError as e:
-        raise fail(f"{where} is not valid JSON ({e})", fix) from None
-    return check_text(value, where)
+    return check_text(_loads(text, where, fix), where)
 
 
 def read_json(path: str | Path, what: str = "", fix: str = "fix the file") -> Any:
     """The JSON value a UTF-8 file holds, or one line naming the file (and the line, for a lone surrogate)."""
     text = read_text(path, what, fix)
     name = f"{what} {path}" if what else str(path)
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise fail(f"{name} is nested too deeply to be data", fix) from None
-    except ValueError as e:
-        raise fail(f"{name} is not valid JSON ({e})", fix) from None
+    value = _loads(text, name, fix)
     try:
         return check_text(value, name)
     except MegaevalError:
         raise fail(f"{name} line {_surrogate_line(text)} holds a lone surrogate escape (\\udXXX), which is not text",
                    "write the character itself, or a complete surrogate pair") from None  # fmt: skip
+
+
+def _loads(text: str, where: str, fix: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise fail(f"{where} is nested too deeply to be data", fix) from None
+    except ValueError as e:
+        raise fail(f"{where} is not valid JSON ({e})", fix) from None
 
 
 def _surrogate_line(text: str) -> int:

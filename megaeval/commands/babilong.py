@@ -27,6 +27,7 @@ from ..runs import Run, RunSettings, open_run
 from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
+from ..runs.settings import ignored_flag
 from ..scoring.bos import resolve_bos
 from ..scoring.chat import ChatFlags, run_template
 from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
@@ -109,23 +110,22 @@ class BabilongSettings(ChatFlags, RunSettings):
             raise fail(f"--data {self.data}: no such folder", "pass a folder of BABILong's sets, or hub:NAME")
 
     # flag -> (its default, the modes it applies to): one table, checked once
-    MODES: ClassVar[dict[str, tuple[Any, tuple[str, ...]]]] = {
-        **{name: (default, ("--prepare-only",)) for name, default in (
-            ("write_data", None), ("babi", None), ("background", []), ("babi_split", "test"), ("text_field", "text"),
-            ("length_tokenizer", "gpt2"), ("clean_up_spaces", True), ("seed", 42))},
-        **{name: (default, ("--data",)) for name, default in (
-            ("model", None), ("write_predictions", None), ("schedule", "auto"), ("batch_size", "auto"))},
-        "samples": (None, ("--data", "--predictions")), "chat_template": (None, ("--data", "--predictions")),
+    MODES: ClassVar[dict[str, tuple[str, ...]]] = {
+        **dict.fromkeys(("write_data", "babi", "background", "babi_split", "text_field", "length_tokenizer",
+                         "clean_up_spaces", "seed"), ("--prepare-only",)),
+        **dict.fromkeys(("model", "write_predictions", "schedule", "batch_size"), ("--data",)),
+        "samples": ("--data", "--predictions"), "chat_template": ("--data", "--predictions"),
     }  # fmt: skip
 
     def check_modes(self) -> None:
         """Refuse a flag given for a mode it does not apply to (it would be ignored)."""
         mode = "--data" if self.data else "--predictions" if self.predictions else "--prepare-only"
-        for name, (default, modes) in self.MODES.items():
-            if mode not in modes and getattr(self, name) != default:
-                flag = f"--{name.replace('_', '-')}" if name != "clean_up_spaces" else "--no-clean-up-spaces"
-                raise fail(f"{flag} does not apply with {mode} (it would be ignored)",
-                           f"use {flag} with {' or '.join(modes)}, or leave it out")  # fmt: skip
+        ignored = ignored_flag(self, self.MODES, mode)
+        if ignored is not None:
+            name, modes = ignored
+            flag = f"--{name.replace('_', '-')}" if name != "clean_up_spaces" else "--no-clean-up-spaces"
+            raise fail(f"{flag} does not apply with {mode} (it would be ignored)",
+                       f"use {flag} with {' or '.join(modes)}, or leave it out")  # fmt: skip
 
     @property
     def parts(self) -> PromptParts:

@@ -24,6 +24,7 @@ from ..runs import Run, RunSettings, open_run
 from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
+from ..runs.settings import ignored_flag
 from ..scoring.chat import ChatFlags, run_template
 from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
@@ -95,16 +96,12 @@ class RulerSettings(ChatFlags, RunSettings):
             check_write_folder(self.write_data)
         self.check_readers()
 
-    # flag -> (its default, the modes it applies to): one table, checked once; a flag at its default is not given
-    MODES: ClassVar[dict[str, tuple[Any, tuple[str, ...]]]] = {
-        "tokenizer": (None, (PREPARE,)),
-        **{name: (default, (PREPARE, GENERATE)) for name, default in (
-            ("write_data", None), ("seed", 42), ("essays", None), ("qa_data", None), ("english_words", None))},
-        **{name: (default, (GENERATE, DATA)) for name, default in (
-            ("samples", None), ("chat_template", None), ("system_instruction", None), ("bos", "auto"),
-            ("threshold", DEFAULT_THRESHOLD), ("batch_size", "auto"), ("resume", False), ("out", "reports/ruler.json"),
-            ("device", "cpu"), ("dtype", "float32"), ("kernels", None), ("chunk_parallel", 1),
-            ("dist_timeout", 1800.0))},
+    # flag -> the modes it applies to: one table, checked once; a flag at its default is not given
+    MODES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "tokenizer": (PREPARE,),
+        **dict.fromkeys(("write_data", "seed", "essays", "qa_data", "english_words"), (PREPARE, GENERATE)),
+        **dict.fromkeys(("samples", "chat_template", "system_instruction", "bos", "threshold", "batch_size", "resume",
+                         "out", "device", "dtype", "kernels", "chunk_parallel", "dist_timeout"), (GENERATE, DATA)),
     }  # fmt: skip
     # flag -> (what a task must read for it to apply, whether a task file reads it)
     READERS: ClassVar[dict[str, tuple[str, Any]]] = {
@@ -120,11 +117,12 @@ class RulerSettings(ChatFlags, RunSettings):
 
     def check_modes(self) -> None:
         """Refuse a flag given for a mode it does not apply to (it would be ignored)."""
-        for name, (default, modes) in self.MODES.items():
-            if self.mode not in modes and getattr(self, name) != default:
-                flag = f"--{name.replace('_', '-')}"
-                raise fail(f"{flag} does not apply {WHERE[self.mode]} (it would be ignored)",
-                           f"use {flag} only {' or '.join(WHERE[m] for m in modes)}, or leave it out")  # fmt: skip
+        ignored = ignored_flag(self, self.MODES, self.mode)
+        if ignored is not None:
+            name, modes = ignored
+            flag = f"--{name.replace('_', '-')}"
+            raise fail(f"{flag} does not apply {WHERE[self.mode]} (it would be ignored)",
+                       f"use {flag} only {' or '.join(WHERE[m] for m in modes)}, or leave it out")  # fmt: skip
 
     def check_readers(self) -> None:
         """Refuse an input file that none of the tasks reads (it would be ignored)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from ..errors import fail
@@ -57,3 +57,17 @@ class RunSettings:
     def samples_path(self) -> str | None:
         """The per-unit samples file, for commands that write one."""
         return getattr(self, "samples", None)
+
+
+Modes = tuple[str, ...]
+
+
+def ignored_flag(settings: Any, table: dict[str, Modes], mode: str | None) -> tuple[str, Modes] | None:
+    """The first flag of `table` (a settings field -> the modes it applies to) given for a `mode` it does not apply
+    to, with its modes (None: none): a flag counts as given when its value differs from its field's default."""
+    defaults = {f.name: f.default_factory() if f.default is MISSING else f.default
+                for f in fields(settings) if f.name in table}  # fmt: skip
+    for name, modes in table.items():
+        if mode not in modes and getattr(settings, name) != defaults[name]:
+            return name, modes
+    return None

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 from ...errors import fail
 from ...files import file_sha256
 from ...metrics.longppl import DEFAULT_SETTINGS, KeySettings
+from ...runs.settings import ignored_flag
 from ...text import read_json
 from ..data import Document
 
@@ -43,15 +43,14 @@ def key_mode(settings: Any) -> str | None:
 def check_key_modes(settings: Any, table: dict[str, tuple[str, ...]]) -> None:
     """Refuse a flag set (to other than its default) in a key-token mode it does not apply to: it would be ignored."""
     mode = key_mode(settings)
-    defaults = {f.name: f.default_factory() if f.default is MISSING else f.default
-                for f in fields(settings) if f.name in table}  # fmt: skip
-    for name, modes in table.items():
-        if mode not in modes and getattr(settings, name) != defaults[name]:
-            flag = "--" + name.replace("_", "-")
-            where = f"with {mode}" if mode else f"without {' or '.join(modes)}"
-            also = " (the file's key tokens are read, no evaluator runs)" if mode == "--key-tokens" else ""
-            raise fail(f"{flag} does not apply {where}{also}: it would be ignored",
-                       f"use {flag} with {' or '.join(modes)}, or leave it out")  # fmt: skip
+    ignored = ignored_flag(settings, table, mode)
+    if ignored is not None:
+        name, modes = ignored
+        flag = "--" + name.replace("_", "-")
+        where = f"with {mode}" if mode else f"without {' or '.join(modes)}"
+        also = " (the file's key tokens are read, no evaluator runs)" if mode == "--key-tokens" else ""
+        raise fail(f"{flag} does not apply {where}{also}: it would be ignored",
+                   f"use {flag} with {' or '.join(modes)}, or leave it out")  # fmt: skip
 
 
 def key_file(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from dataclasses import fields
 
 import pytest
 from typer.testing import CliRunner
@@ -140,11 +141,12 @@ def test_flags_that_do_not_apply_are_refused_by_one_table(tmp_path):
     prepare = dict(prepare_only=True, write_data=str(tmp_path / "w"), tasks="fwe", lengths="1K")
     RulerSettings(**prepare, tokenizer="embedded:megalodon-tiny", seed=7)  # they apply
     RulerSettings(**prepare, bos="auto", out="reports/ruler.json")  # defaults are not given flags
-    for flag, value in RulerSettings.MODES.items():
-        mode = next(m for m in ("prepare", "data", "generate") if m not in value[1])
+    defaults = {f.name: f.default for f in fields(RulerSettings)}
+    for flag, modes in RulerSettings.MODES.items():
+        mode = next(m for m in ("prepare", "data", "generate") if m not in modes)
         given = {"prepare": prepare, "generate": dict(tasks="fwe", lengths="1K"),
                  "data": dict(tasks="fwe", lengths="1K", data_dir=str(tmp_path))}[mode]  # fmt: skip
         other = {None: "x", 42: 7, "auto": 4, False: True, 1: 2, 1800.0: 9.0, "reports/ruler.json": "r.json",
-                 "cpu": "cuda", "float32": "float16"}.get(value[0], 50.0)  # fmt: skip
+                 "cpu": "cuda", "float32": "float16"}.get(defaults[flag], 50.0)  # fmt: skip
         with pytest.raises(MegaevalError, match=rf"--{flag.replace('_', '-')} does not apply"):
             RulerSettings(**{**given, flag: other})
