@@ -1336,8 +1336,8 @@ def test_case_ids_are_unique():
     assert len(ids) == len(set(ids)) and len(ids) >= 60
 
 
-# Round four's cases beyond one per kind run with -m slow (the property tests of tests/tasks/ruler and
-# tests/tasks/longppl draw the same kinds of damage in process, in the default run)
+# Round four's cases beyond one per kind run with -m slow (the property tests of tests/tasks/ruler,
+# tests/tasks/longppl and tests/commands/report draw the same kinds of damage in process, in the default run)
 SLOW = {
     "ruler46/record-prompt-past-its-length", "ruler46/record-outputs-a-number", "ruler46/squad-answer-a-number",
     "ruler46/hotpotqa-answer-a-list", "ruler46/chat-template-with-prepare-only",
@@ -1353,6 +1353,10 @@ SLOW = {
     "longppl46/batch-size-with-key-tokens", "longppl46/save-key-tokens-with-key-tokens",
     "ppl-sweep46/evaluator-args-with-key-tokens", "ppl-sweep46/key-span-boolean", "ppl-sweep46/peak-tflops-huge",
     "ppl-sweep46/evaluator-sentencepiece-file", "scrolls/chat-template-drops-user-text",
+    "ruler46/squad-question-null", "ruler46/essays-latin1", "ruler46/samples-with-prepare-only",
+    "ruler46/fwe-vocabulary-huge", "longppl46/key-span-boolean", "longppl46/txt-document-not-utf8",
+    "report/r4-samples-lone-surrogate", "report/r4-metric-for-babilong", "report/r4-sweep-longppl-a-string",
+    "report/r4-date-a-number-html",
 }  # fmt: skip
 missing = SLOW - {c.id for c in CASES}
 assert not missing, missing
