@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..distributed import group_max
-from ..scoring.generate import Generation, generate_branches
+from ..scoring.decoding import Decoding, Generation
+from ..scoring.generate import generate_branches
 from .memory import PeakMemory
 
 MEMORY = "peak_memory_bytes"  # per instance: the peak while its batch was read and answered
@@ -19,16 +20,17 @@ MEASURED = (MEMORY, STATE, SECONDS)  # in the report's per-length rows (with tok
 
 
 def answer_measured(
-    run: Any, prompts: list[np.ndarray], max_new_tokens: int, shared: bool, rows: int, meter: PeakMemory
+    run: Any, prompts: list[np.ndarray], max_new_tokens: int, shared: bool, rows: int, meter: PeakMemory,
+    decoding: Decoding | None = None,
 ) -> tuple[list[Generation], dict[str, Any]]:  # fmt: skip
-    """Greedy answers to `prompts` (read as `generate_branches` reads them, `rows` decoded together) and each one's
-    measurements: the batch's peak memory and largest state (the most over a chunk-parallel group), its time per
-    prompt."""
+    """Greedy answers (or as `decoding` says) to `prompts` (read as `generate_branches` reads them, `rows` decoded
+    together) and each one's measurements: the batch's peak memory and largest state (the most over a chunk-parallel
+    group), its time per prompt."""
     sizes: list[int] = []
     meter.reset()
     start = time.perf_counter()
     answers, _ = generate_branches(run.lm, prompts, run.lm.init_state(1), max_new_tokens, [], shared,
-                                   lambda state: sizes.append(state.nbytes()), rows)  # fmt: skip
+                                   lambda state: sizes.append(state.nbytes()), rows, decoding)  # fmt: skip
     seconds = (time.perf_counter() - start) / len(prompts)
     chunk = run.ctx.chunk
     return answers, {MEMORY: group_max(chunk, meter.peak()), STATE: group_max(chunk, max(sizes)), SECONDS: seconds}

@@ -1,9 +1,9 @@
-"""Prefill and greedy decoding through the StreamingLM contract, carrying the state token by token."""
+"""Prefill and decoding (greedy, or sampled at a temperature) through the StreamingLM contract, carrying the state
+token by token."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import cmp_to_key
 
 import numpy as np
@@ -12,6 +12,7 @@ import torch
 from ..errors import fail
 from ..models.base import Decoder, State, StreamingLM, can_stack, stack_states
 from ..models.group import GroupLM
+from .decoding import GREEDY, Decoding, Generation, Row, next_step
 from .finite import require_finite
 
 
@@ -26,28 +27,27 @@ def prefill(lm: StreamingLM, ids: list[int], state: State) -> tuple[torch.Tensor
     return require_finite(logits[0, -1], "the logits after the prompt"), state
 
 
-@dataclass
-class Generation:
-    """A greedy continuation: its text (cut before any stop string), tokens and why it ended."""
-
-    text: str
-    tokens: list[int]
-    stop_reason: str  # "eos", "stop" or "length"
-
-
 def greedy_generate(
-    lm: StreamingLM, logits: torch.Tensor, state: State, max_new_tokens: int, stop: list[str] | None = None
-) -> Generation:
+    lm: StreamingLM, logits: torch.Tensor, state: State, max_new_tokens: int, stop: list[str] | None = None,
+    decoding: Decoding | None = None,
+) -> Generation:  # fmt: skip
     """Greedy decoding from the logits of the last prompt token, one token per call on the carried state.
 
     Stops at EOS, at the first occurrence of any `stop` string in the decoded text (the text is cut
-    there), or after `max_new_tokens` tokens.
+    there), or after `max_new_tokens` tokens. `decoding` may sample instead (with its first seed) and stop at token
+    ids too.
     """
+    return _alone(lm, Row(0, [], decoding or GREEDY), logits, state, max_new_tokens, stop)
+
+
+def _alone(
+    lm: StreamingLM, row: Row, logits: torch.Tensor, state: State, max_new_tokens: int, stop: list[str] | None
+) -> Generation:
+    """`row` decoded by itself from the logits of its last prompt token and its state."""
     stop = [s for s in (stop or []) if s]
-    row = _Row(0, [])
     rows: _Stacked | _Slots | None = None
     while True:
-        ended = _greedy_step(lm, row, int(torch.argmax(logits)), max_new_tokens, stop)
+        ended = next_step(lm, row, row.choose(lm, logits), max_new_tokens, stop)
         if ended is not None:
             return ended
         if rows is None:
@@ -103,31 +103,6 @@ def _rows(lm: StreamingLM, states: list[State]) -> _Stacked | _Slots:
     as many rows as start, else by `lm.forward`."""
     decoder = lm.decoder(len(states))
     return _Stacked(lm, states) if decoder is None else _Slots(decoder, states)
-
-
-@dataclass
-class _Row:
-    """A continuation being decoded: where its answer goes, its tokens so far and their text."""
-
-    index: int
-    tokens: list[int]
-    text: str = ""
-
-
-def _greedy_step(lm: StreamingLM, row: _Row, token: int, max_new_tokens: int, stop: list[str]) -> Generation | None:
-    """One greedy token for a row, the one rule of every greedy loop here: the row's Generation if it ends here."""
-    if max_new_tokens < 1:
-        return Generation("", [], "length")
-    if token == lm.tokenizer.eos_id:
-        return Generation(row.text, row.tokens, "eos")
-    row.tokens.append(token)
-    row.text = lm.tokenizer.decode(row.tokens)
-    cut = min((i for i in (row.text.find(s) for s in stop) if i >= 0), default=-1)
-    if cut >= 0:
-        return Generation(row.text[:cut], row.tokens, "stop")
-    if len(row.tokens) == max_new_tokens:
-        return Generation(row.text, row.tokens, "length")
-    return None
 
 
 def parse_batch_size(value: str | int) -> str | int:
@@ -287,20 +262,23 @@ def branch_tree(
 def generate_branches(
     lm: StreamingLM, prompts: Sequence[np.ndarray], state: State, max_new_tokens: int, stop: list[str] | None = None,
     shared: bool = True, after_prompt: Callable[[State], None] | None = None, batch_size: int = 1,
+    decoding: Decoding | None = None,
 ) -> tuple[list[Generation], int]:  # fmt: skip
-    """Greedy answers to prompts that continue `state` (read as `branch_prompts` reads them, decoded as
-    `decode_rows` decodes them), and the tokens the model read."""
+    """Greedy answers (or as `decoding` says) to prompts that continue `state` (read as `branch_prompts` reads them,
+    decoded as `decode_rows` decodes them), and the tokens the model read."""
+    if decoding is not None and decoding.seeds is not None and len(decoding.seeds) != len(prompts):
+        raise fail(f"{len(decoding.seeds)} sampling seeds for {len(prompts)} prompts", "pass one seed per prompt")
     counter = [0]
     rows = branch_prompts(lm, prompts, state, shared, after_prompt, counter)
-    return decode_rows(lm, rows, max_new_tokens, stop, batch_size), counter[0]
+    return decode_rows(lm, rows, max_new_tokens, stop, batch_size, decoding), counter[0]
 
 
 def decode_rows(
     lm: StreamingLM, rows: Iterable[tuple[torch.Tensor, State]], max_new_tokens: int, stop: list[str] | None = None,
-    batch_size: int = 1,
+    batch_size: int = 1, decoding: Decoding | None = None,
 ) -> list[Generation]:  # fmt: skip
-    """Greedy answers for prompts already read (each row: its last logits [V] and its state), in order: what
-    `greedy_generate` gives each row alone.
+    """Greedy answers (or as `decoding` says, row i with seed i) for prompts already read (each row: its last
+    logits [V] and its state), in order: what `greedy_generate` gives each row alone.
 
     Up to `batch_size` rows decode together, one model call per step (states stacked: `models.base.stack_states`;
     or the slots of the family's static decoder, `StreamingLM.decoder`, sized by the rows that start);
@@ -308,9 +286,10 @@ def decode_rows(
     `rows` only when there is room, so at most `batch_size` states are alive. Families whose states cannot be
     stacked decode one row at a time."""
     stop = [s for s in (stop or []) if s]
+    decoding = decoding or GREEDY
     source = iter(rows)
     results: dict[int, Generation] = {}
-    active: list[_Row] = []
+    active: list[Row] = []
     batch: _Stacked | _Slots | None = None
     logits: torch.Tensor | None = None
     taken = 0
@@ -321,7 +300,7 @@ def decode_rows(
             if row is None:
                 break
             if len(fresh) + len(active) == 0 and (batch_size <= 1 or not can_stack(row[1])):
-                results[taken] = greedy_generate(lm, row[0], row[1], max_new_tokens, stop)  # alone
+                results[taken] = _alone(lm, Row(taken, [], decoding), row[0], row[1], max_new_tokens, stop)
                 taken += 1
                 continue
             fresh.append(row)
@@ -333,13 +312,13 @@ def decode_rows(
                 batch.join(states)
             rows_logits = ([logits] if logits is not None else []) + [lg[None] for lg, _ in fresh]
             logits = torch.cat(rows_logits, 0)
-            active += [_Row(taken + k, []) for k in range(len(fresh))]
+            active += [Row(taken + k, [], decoding) for k in range(len(fresh))]
             taken += len(fresh)
         if not active:
             return [results[i] for i in range(taken)]
         keep, step = [], []
         for r, row in enumerate(active):
-            ended = _greedy_step(lm, row, int(torch.argmax(logits[r])), max_new_tokens, stop)
+            ended = next_step(lm, row, row.choose(lm, logits[r]), max_new_tokens, stop)
             if ended is not None:
                 results[row.index] = ended
             else:

@@ -54,7 +54,7 @@ def load_spec(
     if task not in files:
         raise fail(f"unknown {suite} task {task!r}", f"choose from: {', '.join(files)}")
     path = files[task]
-    spec = _read_yaml(path)
+    spec = read_yaml(path)
     seen = [path.name]
     while "include" in spec:
         name = spec.pop("include")
@@ -62,7 +62,7 @@ def load_spec(
         if shared.name in seen:
             raise fail(f"task file {path}: `include: {name}` includes itself again", "remove the loop")
         seen.append(shared.name)
-        spec = {**_read_yaml(shared), **spec}
+        spec = {**read_yaml(shared), **spec}
     spec.setdefault("task", task)
     if check is not None:
         check(spec, str(path))
@@ -102,7 +102,8 @@ def _included(suite: str, task_file: Any, name: Any) -> Any:
                f"put {name} beside it, or include one of the suite's shared files")  # fmt: skip
 
 
-def _read_yaml(path: Any) -> dict[str, Any]:
+def read_yaml(path: Any) -> dict[str, Any]:
+    """A task file as a mapping, or a one-line refusal naming the file."""
     import yaml
 
     try:

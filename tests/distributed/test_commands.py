@@ -325,3 +325,18 @@ def test_babilong_on_two_ranks_equals_one_process(sweep_inputs, tmp_path):
         runs[name] = (numbers(tmp_path / f"{name}.json"), (tmp_path / f"{name}.jsonl").read_text(),
                       {p.name: p.read_bytes() for p in (tmp_path / name).iterdir()})  # fmt: skip
     assert runs["one"] == runs["two"] and len(runs["one"][2]) == 8
+
+
+@pytest.mark.slow  # two ranks dealing units: ppl-sweep and ruler cover Run.map's dealing and gathering by default
+def test_longbench_v2_sampled_on_two_ranks_equals_one_process(sweep_inputs, tmp_path):
+    """LongBench v2 items dealt to two ranks, each drawn from its own seed: one process's report and samples."""
+    args = ["longbench", "--version", "2", "--model", str(sweep_inputs[0]), "--data",
+            str(REPO / "tests" / "fixtures" / "longbench" / "v2" / "data.json"), "--num-samples", "3",
+            "--temperature", "1", "--dtype", "float64"]  # fmt: skip
+    runs = {}
+    for name, ranks in (("one", 1), ("two", 2)):
+        done = megaeval(*args, "--out", str(tmp_path / f"{name}.json"), "--samples", str(tmp_path / f"{name}.jsonl"),
+                        ranks=ranks)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        runs[name] = (numbers(tmp_path / f"{name}.json"), (tmp_path / f"{name}.jsonl").read_text())
+    assert runs["one"] == runs["two"] and runs["one"][1].count("\n") == 3

@@ -163,6 +163,45 @@ def babilong_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str =
     return "".join(out)
 
 
+def longbench_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """LongBench reports, each as the official tables: v1 a row per task (eval.py's score, the prompts cut) and the
+    leaderboard's categories by language; LongBench-E a row per task by length bucket; v2 result.py's figures. As
+    csv, one table whose rows name their report and table."""
+    out, csv_rows = [], []
+    for report, label in zip(reports, labels, strict=True):
+        for title, header, rows in longbench_parts(report["results"]):
+            csv_rows += [[label, title, *header[1:]], *([label, title, *row] for row in rows)]
+            out.append(f"{label}: {title}\n{render_table(header, rows, fmt)}")
+    if fmt == "csv":
+        return render_table(["model", "table", "row", "values"], [r[:3] + [" ".join(r[3:])] for r in csv_rows], fmt)
+    return "".join(out)
+
+
+def longbench_parts(res: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """A LongBench report's tables as (title, header, rows): what the terminal and the HTML page show."""
+    if res["version"] == 2:
+        figures = res["figures"] or {}
+        names = ("overall", "easy", "hard", "short", "medium", "long")
+        how = "compensated, " if res["compensated"] else ""
+        title = (f"LongBench v2 ({res['protocol']} protocol, {how}{res['answered']} of {res['n']} items answered, "
+                 f"{res['truncated']} prompts cut)")  # fmt: skip
+        row = ["accuracy", *(_percent(figures.get(n)) for n in names)]
+        return [(title, ["", *(n.capitalize() for n in names)], [row])]
+    tasks = res["tasks"]
+    if res["longbench_e"]:
+        buckets = list(res["buckets"])
+        rows = [[t, *(_score(v["buckets"][b]) for b in buckets), _score(v["score"])] for t, v in tasks.items()]
+        rows.append(["average", *(_score(res["buckets"][b]) for b in buckets), ""])
+        return [("LongBench-E by length (words; characters in Chinese)", ["task", *buckets, "all"], rows)]
+    rows = [[t, v["metric"], _score(v["score"]), str(v["n"]), str(v["truncated"])] for t, v in tasks.items()]
+    parts = [("LongBench (eval.py scores)", ["task", "metric", "score", "n", "prompts cut"], rows)]
+    board = res["leaderboard"]
+    categories = [c for c in next(iter(board.values())) if c != "Avg"]
+    rows = [[language, *(_percent(cells.get(c)) for c in ["Avg", *categories])] for language, cells in board.items()]
+    parts.append(("LongBench leaderboard (category means)", ["", "Avg", *categories], rows))
+    return parts
+
+
 def _percent(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
@@ -221,6 +260,9 @@ KINDS = {
     ),  # fmt: skip
     "babilong": ReportKind(
         "BABILong", lambda reports, labels, fmt, _: babilong_tables(reports, labels, fmt), "babilong_section", False
+    ),
+    "longbench": ReportKind(
+        "LongBench", lambda reports, labels, fmt, _: longbench_tables(reports, labels, fmt), "longbench_section", False
     ),
 }
 

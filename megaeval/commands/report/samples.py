@@ -135,7 +135,7 @@ def _place(value: Any) -> Any:
 
 def _tasks(report: dict[str, Any]) -> set[str] | None:
     res = report["results"]
-    if report["command"] in ("ruler", "babilong"):
+    if report["command"] in ("ruler", "babilong") or (report["command"] == "longbench" and res.get("version") == 1):
         return set(res["tasks"])
     if report["command"] in ("scrolls", "academic", "needle"):
         return {t for t in res if t not in TASK_SUMMARIES}
@@ -154,7 +154,7 @@ def _score(kind: str, r: dict[str, Any], metric: str | None, where: str) -> floa
     """The sample's score on its task's headline metric, as a fraction (full credit: 1)."""
     if kind == "longppl":
         return _number(r.get("longppl"), where, "longppl")
-    if kind in ("needle", "ruler", "babilong"):
+    if kind in ("needle", "ruler", "babilong", "longbench"):
         return _number(r.get("score"), where, "score")
     if kind == "scrolls":  # its samples hold scores x 100
         scores = r.get("scores") or {}
@@ -190,6 +190,8 @@ def _references(kind: str, r: dict[str, Any]) -> str:
         return _joined(r.get("outputs"))
     if kind == "babilong":
         return _text(r.get("target"))
+    if kind == "longbench":
+        return _joined(r.get("answers")) if "answers" in r else _text(r.get("answer"))
     if kind == "academic" and "target" in r:
         return f"choice {_text(r['target'])}"
     return _joined(r.get("references"))
@@ -203,7 +205,8 @@ def _detail(kind: str, r: dict[str, Any]) -> str:
     keys = {"longppl": ("n_key_tokens", "ppl", "n_tokens"), "academic": ("loglikelihoods",),
             "scrolls": ("prompt_tokens", "truncated_tokens", "stop_reason"),
             "needle": ("prompt_tokens", "stop_reason"), "ruler": ("prompt_tokens", "stop_reason"),
-            "babilong": ("question", "prompt_tokens", "stop_reason")}[kind]  # fmt: skip
+            "babilong": ("question", "prompt_tokens", "stop_reason"),
+            "longbench": ("pred", "prompt_tokens", "tokens_dropped", "stop_reason")}[kind]  # fmt: skip
     return _cut(", ".join(f"{k} {_text(r[k])}" for k in keys if r.get(k) is not None))
 
 

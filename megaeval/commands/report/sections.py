@@ -134,6 +134,19 @@ def babilong_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     return "".join(parts)
 
 
+def longbench_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """LongBench: per run, its official tables (v1's scores and leaderboard, LongBench-E's buckets, v2's figures)."""
+    from .kinds import longbench_parts
+
+    parts = []
+    for report, label in zip(reports, labels, strict=True):
+        for k, (title, header, rows) in enumerate(longbench_parts(report["results"])):
+            parts.append(f"<h3>{escape(label)}: {escape(title)}</h3>")
+            parts.append(table([escape(h) for h in header], [[escape(c) for c in row] for row in rows],
+                               name=f"longbench-{label}-{k}"))  # fmt: skip
+    return "".join(parts)
+
+
 def longppl_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     """LongPPL: a row per document, LongPPL and perplexity per run, and the pooled row."""
     ids, tables = documents(reports)

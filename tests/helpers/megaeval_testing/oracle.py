@@ -101,14 +101,18 @@ class OracleLM(StreamingLM):
     def forward(self, tokens: torch.Tensor, state: OracleState) -> tuple[torch.Tensor, OracleState]:
         self._read(tokens, state)
         logits = torch.zeros(tokens.shape[0], tokens.shape[1], VOCAB)
+        if getattr(self, "_given", None) is None:  # the given answers as UTF-8 (spelled a byte at a time)
+            self._given = [(p.encode("utf-8"), a.encode("utf-8")) for p, a in self.answers]
         for b, row in enumerate(state.texts):
-            text = row.decode("utf-8", errors="replace")
-            given = next(((prompt, said) for prompt, said in self.answers if text.startswith(prompt)), None)
+            given = next(((prompt, said) for prompt, said in self._given if row.startswith(prompt)), None)
             if given is not None:
-                cue, answer = len(given[0]), given[1]
-            else:
-                cue = max((text.rfind(c) + len(c) for c in CUES if c in text), default=-1)
-                answer = answer_for(text, self.window)
+                said, answer = bytes(row[len(given[0]) :]), given[1]
+                nxt = EOS if not answer.startswith(said) or said == answer else answer[len(said)]
+                logits[b, -1, nxt] = 1.0
+                continue
+            text = row.decode("utf-8", errors="replace")
+            cue = max((text.rfind(c) + len(c) for c in CUES if c in text), default=-1)
+            answer = answer_for(text, self.window)
             said = text[cue:] if cue >= 0 else ""
             nxt = EOS if answer is None or not answer.startswith(said) or said == answer else answer[len(said)]
             logits[b, -1, nxt if isinstance(nxt, int) else ord(nxt)] = 1.0
