@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from ..console import note_line
 from ..errors import fail
 from ..metrics.longbench import extract_answer, score_prediction
 from ..models.base import StreamingLM
@@ -33,10 +34,11 @@ from ..runs.samples import prompt_ends
 from ..runs.settings import ignored_flag
 from ..scoring.chat import BASE, ChatFlags, conversation, render_turns, run_template
 from ..scoring.decoding import Decoding
-from ..scoring.generate import parse_batch_size, rows_per_batch
+from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
 from ..scoring.requests import bos_policy, encode_pair, prompt_bos, prompt_encoder, score_requests
+from ..tables import format_duration, format_length
 from ..tasks.longbench.data import HUB, read_v1, read_v2
-from ..tasks.longbench.evaluate import fit_prompt, item_seed, newline_id
+from ..tasks.longbench.evaluate import fit_prompt, item_seed, newline_id, token_estimates
 from ..tasks.longbench.prompts import truncate_v1, truncate_v2, v1_prompt, v2_prompt
 from ..tasks.longbench.results import v1_results, v2_results
 from ..tasks.longbench.spec import load_longbench_task, v2_templates
@@ -232,8 +234,12 @@ def _evaluate_v1(
     longest = max((len(r["context"]) for rows in records.values() for r in rows), default=1)
     size = rows_per_batch(lm, settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
     units = [(t, i) for t in specs for i in range(len(records[t]))]
-    done = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="records",
-                   describe=lambda u: u[0], batch=size, compute_batch=compute_batch)  # fmt: skip
+    texts = [v1_prompt(specs[t]["prompt"], records[t][i]) for t, i in units]
+    weights = dict(zip(units, token_estimates(lm, texts, settings.max_prompt_tokens or lm.max_context), strict=True))
+    announce_cost(run, {u: (w, specs[u[0]]["max_new_tokens"]) for u, w in weights.items()})
+    done = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
+                   weight=lambda u: weights[u], describe=lambda u: u[0], batch=size,
+                   compute_batch=compute_batch)  # fmt: skip
     if done is None:
         return None
     results = v1_results(done, list(specs), settings.longbench_e)
@@ -293,15 +299,43 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
 
     longest = max((len(item["context"]) for item in items), default=1)
     size = rows_per_batch(lm, settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
+    texts = [item["context"] + item["question"] for item in items]
+    limit = settings.max_prompt_tokens or lm.max_context
+    weights = dict(enumerate(token_estimates(lm, texts, limit)))
+    new = V2_COT_BUDGET + V2_BUDGET if settings.cot else 0 if settings.protocol == "loglik" else V2_BUDGET
+    announce_cost(run, {(items[i]["_id"],): (w, new) for i, w in weights.items()})
     done = run.map(list(range(len(items))), key=lambda i: items[i]["_id"], compute=lambda i: compute_batch([i])[0],
-                   unit_name="items", describe=lambda i: items[i]["domain"], batch=size,
-                   compute_batch=compute_batch)  # fmt: skip
+                   unit_name="tokens", weight=lambda i: weights[i], describe=lambda i: items[i]["domain"],
+                   batch=size, compute_batch=compute_batch)  # fmt: skip
     if done is None:
         return None
     results = v2_results(done, settings.compensated, settings.protocol)
     effective = {**chosen, "batch_size_effective": size, "prompt_template": name}
     samples = [without_measurements(r) for r in done]
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
+
+
+def announce_cost(run: Run, costs: dict[tuple, tuple[int, int]]) -> None:
+    """With the progress bar, before the work starts, one line on stderr: the records still to run (`costs`: unit ->
+    its prompt tokens, about, and new tokens at most), their tokens, and the time at the model's read rate now (every
+    rank reads, so that ranks sharing one model under --chunk-parallel stay in step)."""
+    if not run.progress:
+        return
+    length = min(4096, run.lm.max_context or 4096)
+    rate = read_rate(run.lm, length)
+    if not run.ctx.is_main or run.journal is None:
+        return
+    todo = [key for key in costs if _journal_key(key) not in run.journal]
+    tokens, new = (sum(costs[key][k] for key in todo) for k in (0, 1))
+    note_line(f"longbench: {len(todo):,} of {len(costs):,} records to run, about {tokens:,} prompt tokens to read "
+              f"(and up to {new:,} to generate): reading takes about "
+              f"{format_duration(tokens / rate / run.ctx.num_groups)} at {rate:,.0f} tokens/s per model copy (a "
+              f"{format_length(length)} read, timed now)")  # fmt: skip
+
+
+def _journal_key(key: tuple) -> Any:
+    """A unit's key as `run.map` journals it: v1 (task, index) as a list, v2 the item's _id."""
+    return list(key) if len(key) == 2 else key[0]
 
 
 def item_fields(item: dict[str, Any]) -> dict[str, Any]:

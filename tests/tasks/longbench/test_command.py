@@ -6,6 +6,7 @@ equals one run, and bad input is one line."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -137,8 +138,9 @@ def test_v2_seeded_sampling_repeats_at_any_batch_size_and_with_another_seed_diff
     assert [r for _, r in runs["seed7"]] != [r for _, r in runs["one"]]
 
 
-def test_v2_a_resumed_sampled_run_equals_one_run(tmp_path):
-    """Items drawn with their own seeds: an interrupted run resumed gives the uninterrupted run's samples."""
+def test_v2_a_resumed_sampled_run_equals_one_run(tmp_path, capfd):
+    """Items drawn with their own seeds: an interrupted run resumed gives the uninterrupted run's samples; the cost
+    line counts what is left."""
     model, _ = v2_oracle(tmp_path, lambda x: f"The correct answer is ({x['answer']})")
     common = dict(version=2, model=model, data=str(V2), temperature=1.0, batch_size=1)
     whole = LongbenchSettings(**common, out=str(tmp_path / "w.json"), samples=str(tmp_path / "w.jsonl"))
@@ -152,8 +154,15 @@ def test_v2_a_resumed_sampled_run_equals_one_run(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_longbench(settings, progress=False, on_unit=stop)
     settings.resume = True
-    run_longbench(settings, progress=False)
+    capfd.readouterr()
+    run_longbench(settings, progress=True)
     assert (tmp_path / "r.jsonl").read_text() == (tmp_path / "w.jsonl").read_text()
+    # the oracle reads bytes: each item's context and question are about that many tokens
+    items = read_v2(str(V2))[0][3:]
+    tokens = sum(len((x["context"] + x["question"]).encode()) for x in items)
+    line = next(x for x in capfd.readouterr().err.splitlines() if x.startswith("longbench: "))
+    assert re.match(rf"longbench: 5 of 8 records to run, about {tokens:,} prompt tokens to read \(and up to 640 "
+                    r"to generate\): reading takes about \d+ s at [\d,]+ tokens/s", line), line  # fmt: skip
 
 
 def test_the_command_prints_the_official_tables(tmp_path):
