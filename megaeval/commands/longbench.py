@@ -178,7 +178,7 @@ def check_model(lm: StreamingLM, settings: LongbenchSettings) -> dict[str, Any]:
         prompt = settings.max_prompt_tokens or 2
         tight = [t for t, budget in budgets.items() if budget + prompt >= lm.max_context]
         if tight:
-            what = "--max-prompt-tokens {settings.max_prompt_tokens:,} and " if settings.max_prompt_tokens else ""
+            what = f"--max-prompt-tokens {settings.max_prompt_tokens:,} and " if settings.max_prompt_tokens else ""
             raise fail(f"{lm.spec} reads at most max_context {lm.max_context:,} tokens: {what}the "
                        f"{budgets[tight[0]]} new tokens of {', '.join(tight)} leave no room for a prompt",
                        "leave those tasks out (--tasks), pass a smaller --max-prompt-tokens, or use a model with a "

@@ -185,6 +185,8 @@ def test_the_command_prints_the_official_tables(tmp_path):
     (["--e", "--tasks", "narrativeqa"], "LongBench-E has no narrativeqa"),
     (["--max-prompt-tokens", "1"], "--max-prompt-tokens must be at least 2"),
     (["--model", "embedded:transformer-tiny", "--tasks", "gov_report"], "the 512 new tokens of gov_report leave"),
+    (["--model", "embedded:transformer-tiny", "--tasks", "qasper,trec", "--max-prompt-tokens", "400"],
+     "--max-prompt-tokens 400 and the 128 new tokens of qasper leave no room for a prompt"),
     (["--predictions", "x"], "pass exactly one of --data and --predictions"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(tmp_path, flags, message):
