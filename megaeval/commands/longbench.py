@@ -28,7 +28,7 @@ from ..errors import fail
 from ..metrics.longbench import extract_answer, score_prediction
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
-from ..runs.answers import answer_measured, without_measurements
+from ..runs.answers import MEMORY, SECONDS, STATE, answer_measured, without_measurements
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
 from ..runs.settings import ignored_flag
@@ -280,7 +280,9 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
             second = [(x, v2_prompt(answer, x, x["context"], cot=reasoning[k])) for k in todo
                       for x in [chosen_items[k]]]  # fmt: skip
             if second:
-                more, answers2, _ = sample(second, V2_BUDGET, "answer")
+                more, answers2, also = sample(second, V2_BUDGET, "answer")
+                measured = {key: max(measured[key], also[key]) for key in (MEMORY, STATE)} | {
+                    SECONDS: measured[SECONDS] + also[SECONDS] * len(second) / len(batch)}  # fmt: skip
                 for k, p, a in zip(todo, more, answers2, strict=True):
                     outputs[k] = a.text
                     prompts[k].dropped += p.dropped
