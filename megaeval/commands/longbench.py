@@ -35,7 +35,7 @@ from ..runs.settings import ignored_flag
 from ..scoring.chat import BASE, ChatFlags, conversation, render_turns, run_template
 from ..scoring.decoding import Decoding
 from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
-from ..scoring.requests import bos_policy, encode_pair, prompt_bos, prompt_encoder, score_requests
+from ..scoring.requests import bos_policy, bos_prefix, encode_pair, prompt_bos, prompt_encoder, score_requests
 from ..tables import format_duration, format_length
 from ..tasks.longbench.data import HUB, read_v1, read_v2
 from ..tasks.longbench.evaluate import fit_prompt, item_seed, newline_id, token_estimates
@@ -84,6 +84,8 @@ class LongbenchSettings(ChatFlags, RunSettings):
         **dict.fromkeys(("protocol", "no_context", "compensated"), ("v2", "v2 official")),
         **dict.fromkeys(("cot", "temperature", "seed"), ("v2 official",)),
     }  # fmt: skip
+    MODE_FLAGS: ClassVar[dict[str, str]] = {"v1": "--version 1", "v2": "--version 2",
+                                            "v2 official": "--version 2 --protocol official"}  # fmt: skip
     SOURCES: ClassVar[dict[str, tuple[str, ...]]] = dict.fromkeys(
         ("model", "model_args", "max_prompt_tokens", "batch_size", "chat_template", "bos", "cot", "temperature",
          "seed"), ("--data",))  # fmt: skip
@@ -121,9 +123,7 @@ class LongbenchSettings(ChatFlags, RunSettings):
             ignored = ignored_flag(self, table, given)
             if ignored is not None:
                 flag = "--e" if ignored[0] == "longbench_e" else f"--{ignored[0].replace('_', '-')}"
-                where = " or ".join("--version 1" if m == "v1" else "--version 2" if m == "v2" else
-                                    "--version 2 --protocol official" if m == "v2 official" else m
-                                    for m in ignored[1])  # fmt: skip
+                where = " or ".join(self.MODE_FLAGS.get(m, m) for m in ignored[1])
                 raise fail(f"{flag} does not apply with {given} (it would be ignored)", f"use it with {where}")
         if self.version == 1:
             self.task_names = parse_tasks(self.tasks, "longbench", self.include_path)
@@ -234,9 +234,11 @@ def _evaluate_v1(
     longest = max((len(r["context"]) for rows in records.values() for r in rows), default=1)
     size = rows_per_batch(lm, settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
     units = [(t, i) for t in specs for i in range(len(records[t]))]
-    texts = [v1_prompt(specs[t]["prompt"], records[t][i]) for t, i in units]
-    weights = dict(zip(units, token_estimates(lm, texts, settings.max_prompt_tokens or lm.max_context), strict=True))
-    announce_cost(run, {u: (w, specs[u[0]]["max_new_tokens"]) for u, w in weights.items()})
+    sizes = [len(specs[t]["prompt"]) + len(records[t][i]["context"]) + len(records[t][i]["input"]) for t, i in units]
+    first = v1_prompt(specs[units[0][0]]["prompt"], records[units[0][0]][0]) if units else ""
+    tokens = token_estimates(lm, first, sizes, settings.max_prompt_tokens or lm.max_context)
+    weights = dict(zip(units, tokens, strict=True))
+    announce_cost(run, [(list(u), weights[u], specs[u[0]]["max_new_tokens"]) for u in units])
     done = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
                    weight=lambda u: weights[u], describe=lambda u: u[0], batch=size,
                    compute_batch=compute_batch)  # fmt: skip
@@ -301,11 +303,11 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
 
     longest = max((len(item["context"]) for item in items), default=1)
     size = rows_per_batch(lm, settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
-    texts = [item["context"] + item["question"] for item in items]
-    limit = settings.max_prompt_tokens or lm.max_context
-    weights = dict(enumerate(token_estimates(lm, texts, limit)))
+    sizes = [len(item["context"]) + len(item["question"]) for item in items]
+    first = items[0]["context"] if items else ""
+    weights = dict(enumerate(token_estimates(lm, first, sizes, settings.max_prompt_tokens or lm.max_context)))
     new = V2_COT_BUDGET + V2_BUDGET if settings.cot else 0 if settings.protocol == "loglik" else V2_BUDGET
-    announce_cost(run, {(items[i]["_id"],): (w, new) for i, w in weights.items()})
+    announce_cost(run, [(items[i]["_id"], w, new) for i, w in weights.items()])
     done = run.map(list(range(len(items))), key=lambda i: items[i]["_id"], compute=lambda i: compute_batch([i])[0],
                    unit_name="tokens", weight=lambda i: weights[i], describe=lambda i: items[i]["domain"],
                    batch=size, compute_batch=compute_batch)  # fmt: skip
@@ -317,27 +319,22 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
 
 
-def announce_cost(run: Run, costs: dict[tuple, tuple[int, int]]) -> None:
-    """With the progress bar, before the work starts, one line on stderr: the records still to run (`costs`: unit ->
-    its prompt tokens, about, and new tokens at most), their tokens, and the time at the model's read rate now (every
-    rank reads, so that ranks sharing one model under --chunk-parallel stay in step)."""
+def announce_cost(run: Run, costs: list[tuple[Any, int, int]]) -> None:
+    """With the progress bar, before the work starts, one line on stderr: the records still to run (`costs`: each
+    unit's journal key, its prompt tokens, about, and its new tokens at most), their tokens, and the time at the
+    model's read rate now (every rank reads, so that ranks sharing one model under --chunk-parallel stay in step)."""
     if not run.progress:
         return
     length = min(4096, run.lm.max_context or 4096)
     rate = read_rate(run.lm, length)
     if not run.ctx.is_main or run.journal is None:
         return
-    todo = [key for key in costs if _journal_key(key) not in run.journal]
-    tokens, new = (sum(costs[key][k] for key in todo) for k in (0, 1))
+    todo = [cost for cost in costs if cost[0] not in run.journal]
+    tokens, new = (sum(cost[k] for cost in todo) for k in (1, 2))
     note_line(f"longbench: {len(todo):,} of {len(costs):,} records to run, about {tokens:,} prompt tokens to read "
               f"(and up to {new:,} to generate): reading takes about "
               f"{format_duration(tokens / rate / run.ctx.num_groups)} at {rate:,.0f} tokens/s per model copy (a "
               f"{format_length(length)} read, timed now)")  # fmt: skip
-
-
-def _journal_key(key: tuple) -> Any:
-    """A unit's key as `run.map` journals it: v1 (task, index) as a list, v2 the item's _id."""
-    return list(key) if len(key) == 2 else key[0]
 
 
 def item_fields(item: dict[str, Any]) -> dict[str, Any]:
@@ -354,8 +351,6 @@ def loglik_text(item: dict[str, Any]) -> str:
 
 def _loglik(lm: StreamingLM, settings: LongbenchSettings, item: dict[str, Any]) -> dict[str, Any]:
     """An item scored as lm-eval's longbench2 scores it: the letter of highest log-likelihood after the context."""
-    from ..scoring.requests import bos_prefix
-
     text = loglik_text(item)
     start = bos_prefix(lm, settings.bos)
     pairs = [encode_pair(lm, text, " " + letter) for letter in LETTERS]

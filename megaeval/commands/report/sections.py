@@ -8,7 +8,7 @@ from typing import Any
 
 from ...runs.report import TASK_SUMMARIES
 from ...tables import format_length, format_value
-from .kinds import documents
+from .kinds import documents, longbench_parts
 from .svg import heatmap, line_chart
 
 
@@ -136,8 +136,6 @@ def babilong_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
 
 def longbench_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     """LongBench: per run, its official tables (v1's scores and leaderboard, LongBench-E's buckets, v2's figures)."""
-    from .kinds import longbench_parts
-
     parts = []
     for report, label in zip(reports, labels, strict=True):
         for k, (title, header, rows) in enumerate(longbench_parts(report["results"])):

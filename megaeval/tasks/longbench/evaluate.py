@@ -1,7 +1,7 @@
-"""From a LongBench record to the token ids a model reads: the prompt, the official middle truncation at the run's
-limit, the chat rule, the encoding; and the generation rule of each protocol.
+"""From a LongBench prompt to the token ids a model reads (`fit_prompt`: the official middle truncation at the run's
+limit, then the encoding), the samsum stop token, each v2 query's seed and the cost line's token estimates.
 
-The limit (`PromptLimit`): --max-prompt-tokens when given (the official rule, like for like); otherwise none for a
+The limit: --max-prompt-tokens when given (the official rule, like for like); otherwise none for a
 state-carrying model (it reads the whole prompt) and, for a fixed-context model, the most that leaves room for the
 answer: max_context minus the generation budget minus the tokens the chat template and BOS add. The official
 scripts pass a per-model maximum that their authors set below each model's context (3,500 for a 4K Llama 2) for the
@@ -79,15 +79,13 @@ def fit_prompt(
     return best
 
 
-def token_estimates(lm: StreamingLM, texts: list[str], limit: int | None) -> list[int]:
-    """About how many tokens each prompt text is (its characters at the tokens per character of the first text's
-    first 20,000, at most `limit`): the progress bar's and the cost line's measure, never a number of the report.
-    Encoding every prompt up front would take minutes on LongBench v2's 2M-word contexts."""
-    if not texts:
-        return []
-    sample = texts[0][:20_000]
-    per_char = len(lm.tokenizer.encode(sample)) / max(len(sample), 1)
-    return [max(1, min(round(len(t) * per_char), limit or len(t) + 1)) for t in texts]
+def token_estimates(lm: StreamingLM, sample: str, sizes: list[int], limit: int | None) -> list[int]:
+    """About how many tokens prompts of `sizes` characters are (at the tokens per character of the first 20,000
+    characters of `sample`, at most `limit`): the progress bar's and the cost line's measure, never a number of the
+    report. Encoding every prompt up front would take minutes on LongBench v2's 2M-word contexts."""
+    head = sample[:20_000]
+    per_char = len(lm.tokenizer.encode(head)) / max(len(head), 1)
+    return [max(1, min(round(size * per_char), limit or size + 1)) for size in sizes]
 
 
 def newline_id(lm: StreamingLM) -> int:

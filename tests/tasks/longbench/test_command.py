@@ -110,7 +110,7 @@ def test_v2_figures_an_empty_output_is_left_out_and_cot_reads_its_reasoning(tmp_
     res = run_longbench(LongbenchSettings(version=2, model=model, data=str(V2), temperature=0,
                                           out=str(tmp_path / "e.json"),
                                           samples=str(tmp_path / "e.jsonl")), progress=False)["results"]  # fmt: skip
-    answered = [x for x in items[1:]]
+    answered = items[1:]
     assert (res["answered"], res["empty_outputs"]) == (7, 1)
     expected = round(100 * sum(x["answer"] == "A" for x in answered) / 7, 1)
     assert res["figures"]["overall"] == expected
