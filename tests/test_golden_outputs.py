@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,14 @@ def _run(cli: H.Megaeval, command: str, work: Path) -> H.Result:
 
 
 @pytest.fixture(scope="module")
-def produced(tmp_path_factory) -> dict[str, bytes]:
+def work(tmp_path_factory) -> Path:
+    """The folder the runs write in."""
+    return tmp_path_factory.mktemp("golden")
+
+
+@pytest.fixture(scope="module")
+def produced(work) -> dict[str, bytes]:
     """Every golden file's name and its bytes, from this checkout."""
-    work = tmp_path_factory.mktemp("golden")
     G.prepare_inputs(work)
     out: dict[str, bytes] = {}
     cli = H.Megaeval()
@@ -72,6 +78,53 @@ def test_output_equals_its_golden_file(produced, name):
     same_machine = json.loads(MACHINE_FILE.read_text()) == G.machine()
     why = G.compare(name, produced[name], (G.GOLDEN / name).read_bytes(), same_machine)
     assert why is None, f"{name} differs from tests/fixtures/golden/{name}: {why}"
+
+
+def test_derived_values_agree_with_the_files_the_run_wrote(produced, work):
+    """On every machine: each report's samples checksum is the sha256 of the samples file its run wrote, and the
+    page embeds one row per samples line (on another machine these are what the golden comparison cannot check)."""
+    assert G.derived_problems(work) == []
+
+
+def test_a_derived_value_that_disagrees_with_its_file_is_found(produced, work, tmp_path):
+    """derived_problems can fail: a samples file changed after its run (one score's last digit) is caught."""
+    import shutil
+
+    copy = tmp_path / "work"
+    shutil.copytree(work, copy)
+    samples = copy / "academic.jsonl"
+    samples.write_text(samples.read_text(encoding="utf-8").replace('"acc": 0.0', '"acc": 0.0001', 1))
+    problems = G.derived_problems(copy)
+    assert len(problems) == 1 and problems[0].startswith("academic.json: data.samples_sha256"), problems
+
+
+def test_on_another_machine_a_real_difference_in_samples_still_fails(produced):
+    """The looser rule on the real outputs: last-bit noise in a samples file, the page's embedded samples or a
+    report's derived checksum passes; a changed number, a changed field or a missing checksum fails."""
+    lines = produced["files/longppl.jsonl"].decode().splitlines()
+    record, key = json.loads(lines[0]), "longppl"
+
+    def with_value(value) -> bytes:
+        return "\n".join([json.dumps({**record, key: value}, ensure_ascii=False), *lines[1:]]).encode() + b"\n"
+
+    golden = produced["files/longppl.jsonl"]
+    assert G.compare("files/longppl.jsonl", with_value(record[key] * (1 + 1e-9)), golden, False) is None
+    assert G.compare("files/longppl.jsonl", with_value(record[key] * 1.001), golden, False) is not None
+    assert G.compare("files/longppl.jsonl", with_value(record[key] * (1 + 1e-9)), golden, True) is not None
+    report = json.loads(produced["files/academic.json"])
+    other = json.dumps({**report, "data": {**report["data"], "samples_sha256": "0" * 64}}).encode()
+    assert G.compare("files/academic.json", other, produced["files/academic.json"], False) is None
+    missing = {k: v for k, v in report["data"].items() if k != "samples_sha256"}
+    assert G.compare("files/academic.json", json.dumps({**report, "data": missing}).encode(),
+                     produced["files/academic.json"], False) is not None  # fmt: skip
+    page = produced["files/page.html"].decode()
+    for where in (page.index('id="samples-data"'), 0):  # in the embedded samples, in the markup (an SVG point)
+        number = re.compile(r"\d+\.\d{8,}").search(page, where)
+        assert number, "the page holds no number printed in full"
+        for factor, passes in ((1 + 1e-10, True), (1.001, False)):
+            value = repr(float(number.group(0)) * factor)
+            changed = (page[: number.start()] + value + page[number.end() :]).encode()
+            assert (G.compare("files/page.html", changed, produced["files/page.html"], False) is None) is passes
 
 
 def test_on_another_machine_only_last_digits_may_differ():

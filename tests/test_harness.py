@@ -1,7 +1,8 @@
 """megaeval models inside lm-evaluation-harness (megaeval.harness): request grouping, rolling modes, generation,
-and the harness's own CLI on local tasks (integration).
+and the harness's own CLI on local tasks.
 
-Skipped when lm-eval is not installed (`pip install -e '.[harness]'`).
+Every test here needs lm-eval, beyond the extras `make test` installs: the module is the integration tier's
+(`make test-integration` installs lm-eval 0.4.13; elsewhere it is skipped when lm-eval is missing).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.integration
 pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402

