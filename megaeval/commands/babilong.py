@@ -18,21 +18,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..console import note_line
 from ..errors import fail
 from ..files import check_writable
 from ..metrics.babilong import compare_answers
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.answers import answer_measured, fold_lengths, without_measurements
+from ..runs.cost import announce_cost as cost_line
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
 from ..runs.settings import ignored_flag
+from ..scoring.answering import Query, Rule, chat_messages, generation_facts
 from ..scoring.bos import resolve_bos
 from ..scoring.chat import ChatFlags, run_template
-from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
+from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, prompt_encoder
-from ..tables import format_duration
 from ..tasks.babilong.data import HUB, read_instances
 from ..tasks.babilong.prompts import PromptParts, format_prompt
 from ..tasks.babilong.results import babilong_results
@@ -222,25 +222,29 @@ def _evaluate(
         for task, length in dict.fromkeys((t, n) for t, n, _ in batch):
             spec, indices = specs[task], [i for t, n, i in batch if (t, n) == (task, length)]
             instances = [held(task, length)[i] for i in indices]
-            prompts = [encode(format_prompt(spec, x["input"], x["question"], settings.parts), "") for x in instances]
+            texts = [format_prompt(spec, x["input"], x["question"], settings.parts) for x in instances]
+            prompts = [encode(text, "") for text in texts]
             for (ids, _, _), i in zip(prompts, indices, strict=True):
                 if lm.max_context is not None and len(ids) + spec["max_new_tokens"] > lm.max_context:
                     raise fail(f"{task} at {length}, instance {i}: its prompt is {len(ids):,} tokens, and with "
                                f"{spec['max_new_tokens']} new ones it passes {lm.spec}'s max_context "
                                f"{lm.max_context:,}; BABILong never truncates", "use shorter --lengths")  # fmt: skip
-            answers, measured = answer_measured(run, [ids for ids, _, _ in prompts], spec["max_new_tokens"], shared,
-                                                size, meter)  # fmt: skip
+            names = [f"babilong {task} at {length}, instance {i}" for i in indices]
+            queries = [Query(ids, whole, chat_messages(settings.chat, text), name)
+                       for (ids, whole, _), text, name in zip(prompts, texts, names, strict=True)]  # fmt: skip
+            answers, measured = answer_measured(run, queries, Rule(spec["max_new_tokens"]), shared, size, meter)
             for i, x, (ids, text, _), answer in zip(indices, instances, prompts, answers, strict=True):
                 output = answer.text.strip()
                 records.append({
                     "task": task, "length": length, "id": f"{length}/{i}", "sample": i, "target": x["target"],
                     "question": x["question"], "prediction": output,
                     "correct": compare_answers(x["target"], output, x["question"], spec["labels"]),
-                    "prompt_tokens": len(ids), "stop_reason": answer.stop_reason, **prompt_ends(text), **measured,
+                    "prompt_tokens": len(ids), "stop_reason": answer.stop_reason, **prompt_ends(text),
+                    **generation_facts(answer), **measured,
                 })  # fmt: skip
         return records
 
-    size = rows_per_batch(lm, settings.batch_size, max(length_tokens(n) for n in settings.lengths) or 1)
+    size = run.answerer.rows(settings.batch_size, max(length_tokens(n) for n in settings.lengths) or 1)
     units = [(t, n, i) for t in specs for n in settings.lengths for i in range(counts[t, n])]
     announce_cost(run, units)
     records = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
@@ -261,19 +265,14 @@ def _evaluate(
 
 
 def announce_cost(run: Run, units: list[tuple[str, str, int]]) -> None:
-    """With the progress bar, before the work starts, one line on stderr: the instances still to run, about how
-    many prompt tokens they hold (their lengths' tokens and the prompt), and the time at the model's read rate now
-    (every rank reads, so that ranks sharing one model under --chunk-parallel stay in step)."""
-    if not run.progress:
-        return
-    rate = read_rate(run.lm, min(4096, run.lm.max_context or 4096))
-    if not run.ctx.is_main or run.journal is None:
-        return
-    todo = [u for u in units if list(u) not in run.journal]
-    tokens = sum(length_tokens(n) + 300 for _, n, _ in todo)
-    note_line(f"babilong: {len(todo):,} of {len(units):,} instances to run, about {tokens:,} prompt tokens to read: "
-              f"about {format_duration(tokens / rate / run.ctx.num_groups)} at {rate:,.0f} tokens/s per model copy "
-              "(a 4K read, timed now)")  # fmt: skip
+    """The cost line (`runs.cost`): the instances still to run, about how many prompt tokens they hold (their
+    lengths' tokens and the prompt), at the model's read rate now."""
+
+    def left(journal: Any) -> tuple[int, int, int, None]:
+        todo = [u for u in units if list(u) not in journal]
+        return len(todo), len(units), sum(length_tokens(n) + 300 for _, n, _ in todo), None
+
+    cost_line(run, "instances", left, min(4096, run.lm.max_context or 4096), about=True)
 
 
 def babilong_summary(report: dict[str, Any]) -> str:

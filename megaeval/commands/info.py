@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import fail
 from ..models import StreamingLM, load_model, model_options
+from ..serving.model import open_served
+from ..serving.spec import is_served
 from ..tables import render_rows
 
 
 def load_for_info(spec: str | None, model_args: dict[str, Any], device: str, dtype: str,
                   kernels: str | None = None) -> StreamingLM:  # fmt: skip
-    """Load a model as `megaeval info` describes it."""
+    """Load a model as `megaeval info` describes it (a served one: ask its server)."""
+    if is_served(spec):
+        if (device, dtype, kernels) != ("cpu", "float32", None):
+            raise fail("--device, --dtype and --kernels apply to a model megaeval loads, not to a served one",
+                       "drop them: the server chooses how it runs the model")  # fmt: skip
+        return open_served(spec, model_args)
     return load_model(spec, device=device, dtype=dtype, **model_options(spec, model_args, kernels=kernels))
 
 

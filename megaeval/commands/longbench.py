@@ -23,20 +23,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from ..console import note_line
 from ..errors import fail
 from ..metrics.longbench import extract_answer, score_prediction
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
-from ..runs.answers import MEMORY, SECONDS, STATE, answer_measured, without_measurements
+from ..runs.answers import MEMORY, SECONDS, STATE, answer_measured, most, without_measurements
+from ..runs.cost import announce_cost as cost_line
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
 from ..runs.settings import ignored_flag
+from ..scoring.answering import Query, Rule, generation_facts
 from ..scoring.chat import BASE, ChatFlags, conversation, render_turns, run_template
-from ..scoring.decoding import Decoding
-from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
+from ..scoring.decoding import GREEDY, Decoding
+from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, bos_prefix, encode_pair, prompt_bos, prompt_encoder, score_requests
-from ..tables import format_duration, format_length
 from ..tasks.longbench.data import HUB, read_v1, read_v2
 from ..tasks.longbench.evaluate import fit_prompt, item_seed, newline_id, token_estimates
 from ..tasks.longbench.prompts import truncate_v1, truncate_v2, v1_prompt, v2_prompt
@@ -199,6 +199,12 @@ def _encoders(lm: StreamingLM, settings: LongbenchSettings, chosen: dict[str, An
     return (prompt_encoder(lm, chosen["bos_effective"], settings.chat, template) if template else raw), raw
 
 
+def as_query(prompt: Any, name: str) -> Query:
+    """A fitted prompt as the model is asked it (a chat API gets the cut task text as one user turn, as pred.py's
+    requests to its vLLM server send it)."""
+    return Query(prompt.ids, prompt.text, ({"role": "user", "content": prompt.cut},), name)
+
+
 def _evaluate_v1(
     run: Run, settings: LongbenchSettings, specs: dict[str, dict], records: dict[str, list[dict]], data: dict
 ) -> dict[str, Any] | None:  # fmt: skip
@@ -215,9 +221,11 @@ def _evaluate_v1(
             prompts = [fit_prompt(lm, encode, v1_prompt(spec["prompt"], records[task][i]), spec["max_new_tokens"],
                                   settings.max_prompt_tokens, truncate_v1, f"{task} record {i}")
                        for i in indices]  # fmt: skip
-            rule = Decoding(stop_ids=(newline_id(lm),), min_new_tokens=1) if spec["stop_at_newline"] else None
-            answers, measured = answer_measured(run, [p.ids for p in prompts], spec["max_new_tokens"], False, size,
-                                                meter, rule)  # fmt: skip
+            rule = Decoding(stop_ids=(newline_id(lm),), min_new_tokens=1) if spec["stop_at_newline"] else GREEDY
+            queries = [as_query(p, f"longbench {task} record {i}") for p, i in zip(prompts, indices, strict=True)]
+            answers, measured = answer_measured(
+                run, queries, Rule(spec["max_new_tokens"], (), rule), False, size, meter
+            )
             for i, prompt, answer in zip(indices, prompts, answers, strict=True):
                 record = records[task][i]
                 classes = records[task][-1]["all_classes"]  # eval.py scores a task with its file's last line's
@@ -227,12 +235,12 @@ def _evaluate_v1(
                     "length": record["length"], "answers": record["answers"], "prediction": answer.text,
                     "score": score, "prompt_tokens": len(prompt.ids), "tokens_dropped": prompt.dropped,
                     "max_prompt_tokens": prompt.limit, "stop_reason": answer.stop_reason, **prompt_ends(prompt.text),
-                    **measured,
+                    **generation_facts(answer), **measured,
                 })  # fmt: skip
         return out
 
     longest = max((len(r["context"]) for rows in records.values() for r in rows), default=1)
-    size = rows_per_batch(lm, settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
+    size = run.answerer.rows(settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
     units = [(t, i) for t in specs for i in range(len(records[t]))]
     sizes = [len(specs[t]["prompt"]) + len(records[t][i]["context"]) + len(records[t][i]["input"]) for t, i in units]
     first = v1_prompt(specs[units[0][0]]["prompt"], records[units[0][0]][0]) if units else ""
@@ -252,6 +260,10 @@ def _evaluate_v1(
 
 def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data: dict) -> dict[str, Any] | None:
     lm = run.lm
+    if settings.protocol == "loglik" and not run.answerer.scores_choices:
+        raise fail("--protocol loglik scores the four letters by log-likelihood, which needs the model in this process "
+                   f"(megaeval does not ask a server for prompt log-probabilities; {lm.spec} is served)",
+                   "use --protocol official, or run the model in-process (--model DIR)")  # fmt: skip
     chosen = check_model(lm, settings)
     encode, _ = _encoders(lm, settings, chosen)
     templates = v2_templates()
@@ -263,8 +275,9 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
         prompts = [fit_prompt(lm, encode, text, budget, explicit, truncate_v2, f"item {item['_id']}")
                    for item, text in queries]  # fmt: skip
         seeds = tuple(item_seed(settings.seed, item["_id"], query) for item, _ in queries)
-        rule = Decoding(temperature=settings.temperature, seeds=seeds) if settings.temperature > 0 else None
-        answers, measured = answer_measured(run, [p.ids for p in prompts], budget, False, size, meter, rule)
+        rule = Decoding(temperature=settings.temperature, seeds=seeds) if settings.temperature > 0 else GREEDY
+        asked = [as_query(p, f"longbench v2 item {item['_id']}") for p, (item, _) in zip(prompts, queries, strict=True)]
+        answers, measured = answer_measured(run, asked, Rule(budget, (), rule), False, size, meter)
         return prompts, answers, measured
 
     def compute_batch(batch: list[int]) -> list[dict[str, Any]]:
@@ -274,6 +287,7 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
         queries = [(item, v2_prompt(templates[name], item, item["context"])) for item in chosen_items]
         prompts, answers, measured = sample(queries, V2_COT_BUDGET if settings.cot else V2_BUDGET, "first")
         outputs = [a.text for a in answers]  # the official leaves out an item whose output is '' (not stripped)
+        facts = [generation_facts(a) for a in answers]
         reasoning: list[str | None] = [None] * len(batch)
         if settings.cot:
             reasoning = [text.strip() if text else None for text in outputs]
@@ -283,13 +297,13 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
                       for x in [chosen_items[k]]]  # fmt: skip
             if second:
                 more, answers2, also = sample(second, V2_BUDGET, "answer")
-                measured = {key: max(measured[key], also[key]) for key in (MEMORY, STATE)} | {
+                measured = {key: most([measured[key], also[key]]) for key in (MEMORY, STATE)} | {
                     SECONDS: measured[SECONDS] + also[SECONDS] * len(second) / len(batch)}  # fmt: skip
                 for k, p, a in zip(todo, more, answers2, strict=True):
-                    outputs[k] = a.text
+                    outputs[k], facts[k] = a.text, generation_facts(a)
                     prompts[k].dropped += p.dropped
         out = []
-        for item, prompt, output, cot in zip(chosen_items, prompts, outputs, reasoning, strict=True):
+        for item, prompt, output, cot, fact in zip(chosen_items, prompts, outputs, reasoning, facts, strict=True):
             response = output.strip()
             pred = extract_answer(response)
             out.append({
@@ -297,12 +311,12 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
                 "response_cot": cot, "response": response, "pred": pred, "judge": pred == item["answer"],
                 "skipped": output == "", "score": float(pred == item["answer"]), "prompt_tokens": len(prompt.ids),
                 "tokens_dropped": prompt.dropped, "max_prompt_tokens": prompt.limit, **prompt_ends(prompt.text),
-                **measured,
+                **fact, **measured,
             })  # fmt: skip
         return out
 
     longest = max((len(item["context"]) for item in items), default=1)
-    size = rows_per_batch(lm, settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
+    size = run.answerer.rows(settings.batch_size, min(longest // 3 + 1, lm.max_context or longest))
     sizes = [len(item["context"]) + len(item["question"]) for item in items]
     first = items[0]["context"] if items else ""
     weights = dict(enumerate(token_estimates(lm, first, sizes, settings.max_prompt_tokens or lm.max_context)))
@@ -320,21 +334,14 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
 
 
 def announce_cost(run: Run, costs: list[tuple[Any, int, int]]) -> None:
-    """With the progress bar, before the work starts, one line on stderr: the records still to run (`costs`: each
-    unit's journal key, its prompt tokens, about, and its new tokens at most), their tokens, and the time at the
-    model's read rate now (every rank reads, so that ranks sharing one model under --chunk-parallel stay in step)."""
-    if not run.progress:
-        return
-    length = min(4096, run.lm.max_context or 4096)
-    rate = read_rate(run.lm, length)
-    if not run.ctx.is_main or run.journal is None:
-        return
-    todo = [cost for cost in costs if cost[0] not in run.journal]
-    tokens, new = (sum(cost[k] for cost in todo) for k in (1, 2))
-    note_line(f"longbench: {len(todo):,} of {len(costs):,} records to run, about {tokens:,} prompt tokens to read "
-              f"(and up to {new:,} to generate): reading takes about "
-              f"{format_duration(tokens / rate / run.ctx.num_groups)} at {rate:,.0f} tokens/s per model copy (a "
-              f"{format_length(length)} read, timed now)")  # fmt: skip
+    """The cost line (`runs.cost`): the records still to run (`costs`: each unit's journal key, its prompt tokens,
+    about, and its new tokens at most), their tokens, at the model's read rate now."""
+
+    def left(journal: Any) -> tuple[int, int, int, int]:
+        todo = [cost for cost in costs if cost[0] not in journal]
+        return len(todo), len(costs), sum(c[1] for c in todo), sum(c[2] for c in todo)
+
+    cost_line(run, "records", left, min(4096, run.lm.max_context or 4096), about=True)
 
 
 def item_fields(item: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ..scoring.key_tokens import (
     load_evaluator,
     model_key_positions,
 )
+from ..serving.spec import refuse_served
 from ..tables import format_value, render_table, report_label
 from ..tasks.data import Document, read_documents
 from ..tasks.longppl.data import (
@@ -81,6 +82,8 @@ class LongpplSettings(RunSettings):
 
 def run_longppl(settings: LongpplSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
     """Run (or resume) LongPPL over the documents and write the report (and key-token file); rank 0 returns it."""
+    refuse_served(settings.model, "longppl", "scores every token of a document, carrying the model's state")
+    refuse_served(settings.evaluator, "--evaluator", "scores every token of a document to find its key tokens")
     with naming("--evaluator", settings.evaluator):
         evaluator_path = parse_spec(settings.evaluator)[1] if settings.evaluator else None
     reads = [*settings.data, settings.key_tokens, evaluator_path]

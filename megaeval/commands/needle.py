@@ -21,8 +21,9 @@ from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
+from ..scoring.answering import Query, Rule, chat_messages, generation_facts
 from ..scoring.chat import ChatFlags, run_template
-from ..scoring.generate import generate_branches, parse_batch_size, rows_per_batch
+from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
 from ..tables import format_length
@@ -132,17 +133,19 @@ def _evaluate(
         spec = specs[task]
         needles = draw_needles(spec, sample_rng(settings.seed, task, length, sample))
         prompts = build_prompts(spec, needles, length, settings.depths, max_new[task], encode, words[task])
-        state_bytes = 0
+        state_bytes = None  # stays None where no state is read here (a served model)
 
         def after_prompt(state: Any) -> None:
             nonlocal state_bytes
-            state_bytes = max(state_bytes, state.nbytes())
+            state_bytes = max(state_bytes or 0, state.nbytes())
 
         meter.reset()
-        rows_together = rows_per_batch(lm, settings.batch_size, length)
-        answers, read = generate_branches(lm, [p.ids for p in prompts], lm.init_state(1), max_new[task], [],
-                                          shared, after_prompt, rows_together)  # fmt: skip
-        peak = group_max(run.ctx.chunk, meter.peak())
+        queries = [Query(p.ids, p.text, chat_messages(settings.chat, p.asked), f"needle {task} at {length}, depth "
+                         f"{p.depth}%, sample {sample}") for p in prompts]  # fmt: skip
+        rows_together = run.answerer.rows(settings.batch_size, length)
+        answers, read = run.answerer.answer(queries, Rule(max_new[task]), shared=shared, rows=rows_together,
+                                            after_prompt=after_prompt)  # fmt: skip
+        peak = None if state_bytes is None else group_max(run.ctx.chunk, meter.peak())
         rows = []
         for p, gen in zip(prompts, answers, strict=True):
             offset = needle_token_offset(p, lm.tokenizer.encode, bos)
@@ -151,12 +154,13 @@ def _evaluate(
                 "sample": sample, "prompt_tokens": len(p.ids), "needle_token_offset": offset,
                 "haystack_units": p.haystack_units, "answer": p.answers,
                 "prediction": gen.text, "score": needle_score(spec["metric"], gen.text, p.answers),
-                "stop_reason": gen.stop_reason, "generated_tokens": len(gen.tokens),
-                **prompt_ends(p.text),
+                "stop_reason": gen.stop_reason, "generated_tokens": gen.n_tokens,
+                **prompt_ends(p.text), **generation_facts(gen),
             })  # fmt: skip
         naive = sum(len(p.ids) for p in prompts)
+        state = None if state_bytes is None else group_max(run.ctx.chunk, state_bytes)
         return {"prompts": rows, "tokens_read": read, "tokens_naive": naive,
-                "peak_memory_bytes": peak, "state_bytes": group_max(run.ctx.chunk, state_bytes)}  # fmt: skip
+                "peak_memory_bytes": peak, "state_bytes": state}  # fmt: skip
 
     units = [(task, length, sample) for task in specs for length in settings.lengths
              for sample in range(settings.samples_per_cell)]  # fmt: skip
@@ -171,7 +175,7 @@ def _evaluate(
     for name in specs:
         results[name].update(max_new_tokens=max_new[name], peak_memory_method=meter.method)
     samples = [row for r in records for row in r["prompts"]]
-    batch = {n: rows_per_batch(lm, settings.batch_size, n) for n in settings.lengths}
+    batch = {n: run.answerer.rows(settings.batch_size, n) for n in settings.lengths}
     effective = {**chosen, "chat_template_effective": template and template.facts(),
                  "schedule_effective": "shared" if shared else "naive", "max_new_tokens_effective": max_new,
                  "batch_size_effective": batch}  # fmt: skip

@@ -31,6 +31,7 @@ from ..scoring.sweep_plan import (  # fmt: skip
     resolve_tokens,
 )
 from ..scoring.windows import parse_window_policy, score_windows, windows
+from ..serving.spec import refuse_served
 from ..streams import BooksStream, TextSpan
 from ..tables import format_length, format_value, render_table
 from ..tasks.longppl.data import KEY_MODES, check_key_modes
@@ -78,6 +79,8 @@ def run_ppl_sweep(settings: SweepSettings, progress: bool = True, on_unit=None) 
     batch, every rank reading a contiguous slice of it (MEGALODON: chunk-aligned, carrying its state; hf:
     sequence parallel, each rank keeping its slice of the KV cache; `models.chunk_parallel_lm`).
     """
+    refuse_served(settings.model, "ppl-sweep", "carries the model's state chunk by chunk and scores every token")
+    refuse_served(settings.evaluator, "--evaluator", "scores every token of a document to find its key tokens")
     with naming("--evaluator", settings.evaluator):
         evaluator = parse_spec(settings.evaluator)[1] if settings.evaluator else None
     check_run_outputs(settings, [settings.stream, parse_spec(settings.model)[1], evaluator, settings.key_tokens])

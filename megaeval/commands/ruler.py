@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..console import note_line
 from ..errors import fail
 from ..files import cached_file_sha256, file_sha256
 from ..metrics.needle import needle_score
@@ -22,14 +21,16 @@ from ..metrics.ruler import DEFAULT_THRESHOLD, ruler_results
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
 from ..runs.answers import answer_measured, fold_lengths, without_measurements
+from ..runs.cost import announce_cost as cost_line
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
 from ..runs.settings import ignored_flag
+from ..scoring.answering import Query, Rule, chat_messages, generation_facts
 from ..scoring.chat import ChatFlags, run_template
-from ..scoring.generate import parse_batch_size, read_rate, rows_per_batch
+from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, check_prompts, prompt_encoder
 from ..scoring.sweep_plan import parse_lengths
-from ..tables import format_duration, format_length
+from ..tables import format_length
 from ..tasks.ruler.data import (
     check_write_folder,
     generate_instances,
@@ -245,14 +246,21 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
                 cache[task, length] = records
         return cache[task, length]
 
+    def query(task: str, length: int, i: int, ids: Any, text: str) -> Query:
+        """An instance as the model is asked it (a chat API gets RULER's input and answer prefix as one user turn, as
+        RULER's own API client sends them)."""
+        record = instances(task, length)[i]
+        turns = chat_messages(settings.chat, record["input"] + record["answer_prefix"])
+        return Query(ids, text, turns, f"ruler {task} at length {length}, instance {i}")
+
     def compute_batch(batch: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
         """Instances' records in order; those of one (task, length) are decoded together, `size` rows at a time."""
         records = []
         for task, length in dict.fromkeys((t, n) for t, n, _ in batch):
             spec, chosen = specs[task], [i for t, n, i in batch if (t, n) == (task, length)]
             prompts = [fitted(task, length, i, instances(task, length)[i]) for i in chosen]
-            answers, measured = answer_measured(run, [ids for ids, _, _ in prompts], spec["tokens_to_generate"],
-                                                False, size, meter)  # fmt: skip
+            queries = [query(task, length, i, ids, text) for i, (ids, text, _) in zip(chosen, prompts, strict=True)]
+            answers, measured = answer_measured(run, queries, Rule(spec["tokens_to_generate"]), False, size, meter)
             for i, (ids, text, _), answer in zip(chosen, prompts, answers, strict=True):
                 record = instances(task, length)[i]
                 records.append({
@@ -260,12 +268,12 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
                     "outputs": record["outputs"], "prediction": answer.text,
                     "score": needle_score(spec["metric"], answer.text, record["outputs"]),
                     "stop_reason": answer.stop_reason, "token_position_answer": record.get("token_position_answer"),
-                    **prompt_ends(text), **measured,
+                    **prompt_ends(text), **generation_facts(answer), **measured,
                 })  # fmt: skip
         return records
 
     # one batch size for every length: the longest length's, so that a batch of the longest prompts fits
-    size = rows_per_batch(lm, settings.batch_size, max(settings.lengths))
+    size = run.answerer.rows(settings.batch_size, max(settings.lengths))
     units = [(t, n, i) for t in specs for n in settings.lengths for i in range(settings.num_samples)]
     announce_cost(run, specs, units)
     records = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
@@ -293,24 +301,17 @@ def overflow_fix(settings: RulerSettings) -> str:
 
 
 def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, int]]) -> None:
-    """With the progress bar, before the work starts, one line on stderr: the instances and prompt tokens still to
-    read, and the time they take at the rate the model reads a prompt of the shortest length now (every rank reads,
-    so that ranks sharing one model under --chunk-parallel stay in step)."""
-    if not run.progress:
-        return
+    """The cost line (`runs.cost`): the instances and prompt tokens still to read, at the rate the model reads a
+    prompt of the shortest length now."""
     lengths = sorted({n for _, n, _ in units})
-    rate_len = min(lengths[0], run.lm.max_context or lengths[0], 4096)
-    rate = read_rate(run.lm, rate_len)
-    if not run.ctx.is_main or run.journal is None:
-        return
-    todo = [u for u in units if list(u) not in run.journal]
-    tokens = sum(n for _, n, _ in todo)
-    seconds = tokens / rate / run.ctx.num_groups
+
+    def left(journal: Any) -> tuple[int, int, int, int]:
+        todo = [u for u in units if list(u) not in journal]
+        new = sum(specs[t]["tokens_to_generate"] for t, _, _ in todo)
+        return len(todo), len(units), sum(n for _, n, _ in todo), new
+
     slower = "; an attention model reads longer prompts slower" if run.lm.max_context is not None else ""
-    new = sum(specs[t]["tokens_to_generate"] for t, _, _ in todo)
-    note_line(f"ruler: {len(todo):,} of {len(units):,} instances to run, {tokens:,} prompt tokens to read (and up "
-              f"to {new:,} to generate): reading takes about {format_duration(seconds)} at {rate:,.0f} tokens/s "
-              f"per model copy (a {format_length(rate_len)} read, timed now{slower})")  # fmt: skip
+    cost_line(run, "instances", left, min(lengths[0], run.lm.max_context or lengths[0], 4096), slower=slower)
 
 
 def ruler_summary(report: dict[str, Any]) -> str:

@@ -43,12 +43,12 @@ from ..errors import fail
 from ..files import file_sha256, write_json_atomic, write_jsonl_atomic
 from ..models.base import State, StreamingLM
 from ..runs import Run, RunSettings, open_run
+from ..runs.answers import most
 from ..runs.memory import PeakMemory
 from ..runs.report import build_report, environment
 from ..runs.run import check_run_outputs
 from ..scoring.chat import ChatFlags, chat_bos, run_template
-from ..scoring.generate import parse_batch_size, rows_per_batch
-from ..scoring.loglik import read_prefix
+from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, resolve_bos
 from ..tasks.data import data_folders
 from ..tasks.scrolls.docs import TRUNCATIONS, Example, PromptForm, document_groups
@@ -149,7 +149,6 @@ def _generate(
     bos = effective["bos_effective"]
     # tokenizer work only: a prompt that cannot fit fails here, before any example is read
     fits = {name: fit_prefix(lm, task, bos, settings.truncation, forms.get(name)) for name, task in tasks.items()}
-    prefixes: dict[str, State] = {}  # each task's prefix state, read when its first example comes
     meter = PeakMemory(lm.device)
 
     def measure(state: State) -> dict[str, int]:  # each prompt's state size (a group: its largest)
@@ -160,17 +159,16 @@ def _generate(
         together (`size` rows at a time), each getting the peak memory of its task's part of the batch."""
         answered: dict[tuple[str, str], dict[str, Any]] = {}
         for name in dict.fromkeys(n for n, _ in batch):
-            if name not in prefixes:
-                prefixes[name] = read_prefix(lm, fits[name].ids).state
             examples = [example for n, group in batch if n == name for example in group]
             meter.reset()
-            records = evaluate_examples(lm, tasks[name], fits[name], prefixes[name], examples, settings.truncation,
+            records = evaluate_examples(run.answerer, tasks[name], fits[name], examples, settings.truncation,
                                         measure, size, settings.share_documents)  # fmt: skip
-            peak = group_max(run.ctx.chunk, meter.peak())
+            # the memory of a model read here (none for a served model, whose memory is the server's)
+            peak = group_max(run.ctx.chunk, meter.peak()) if any(STATE in r for r in records) else None
             answered.update({(name, r["id"]): {**r, MEMORY: peak} for r in records})
         return [{"examples": [answered[name, ex.id] for ex in group]} for name, group in batch]
 
-    size = rows_per_batch(lm, settings.batch_size, lm.max_context or 4096)
+    size = run.answerer.rows(settings.batch_size, lm.max_context or 4096)
     units = [(name, group) for name, task in tasks.items() for group in document_groups(task.examples)]
     examples = sum(len(group) for _, group in units)
     per_batch = max(1, size * len(units) // max(examples, 1))  # groups per batch: about `size` examples
@@ -184,7 +182,7 @@ def _generate(
     results = scrolls_results(tasks, records)
     for name in results:
         mine = [r for r in records if r["task"] == name]
-        results[name].update({key: max(r.get(key, 0) for r in mine) for key in MEASURED})
+        results[name].update({key: most(r.get(key) for r in mine) for key in MEASURED})
         results[name]["peak_memory_method"] = meter.method
         prefix = len(fits[name].ids)  # read once for the task either way
         results[name]["prompt_tokens_read"] = prefix + sum(r[READ] for r in mine)

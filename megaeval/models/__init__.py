@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..errors import MegaevalError, fail
+from ..serving.spec import is_served
 from ..tokenizers import TOKENIZER_FILES, SentencePieceTokenizer, check_tokenizer
 from .base import State, StreamingLM, Tokenizer
 from .options import check_option_types, parse_model_args
@@ -44,6 +45,11 @@ def parse_spec(spec: str | Path | None) -> tuple[str, Path]:
     if spec is None:
         return "megalodon", DEFAULT_MODEL
     text = str(spec)
+    if is_served(text):
+        raise fail(
+            f"{text} is a served model: here a model is loaded in this process",
+            "pass a checkpoint (DIR or FAMILY:PATH); a served model is the --model of an evaluation command",
+        )
     if not text.strip():  # an unset shell variable, say: never silently the embedded default
         raise fail(f"empty model spec {text!r}", "pass --model with a checkpoint directory or FAMILY:PATH, or leave "
                    "--model out to use the embedded default")  # fmt: skip

@@ -1,16 +1,15 @@
-"""Greedy answers to one unit's prompts with what answering them cost, and those costs folded into a report's
-per-length rows (RULER's and BABILong's instances: measured in the report, never in the samples)."""
+"""Answers to one unit's prompts (through the run's answerer: the model in this process, or a server) with what
+answering them cost, and those costs folded into a report's per-length rows (RULER's, BABILong's and LongBench's
+instances: measured in the report, never in the samples)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-import numpy as np
-
 from ..distributed import group_max
-from ..scoring.decoding import Decoding, Generation
-from ..scoring.generate import generate_branches
+from ..scoring.answering import Query, Rule
+from ..scoring.decoding import Generation
 from .memory import PeakMemory
 
 MEMORY = "peak_memory_bytes"  # per instance: the peak while its batch was read and answered
@@ -20,20 +19,27 @@ MEASURED = (MEMORY, STATE, SECONDS)  # in the report's per-length rows (with tok
 
 
 def answer_measured(
-    run: Any, prompts: list[np.ndarray], max_new_tokens: int, shared: bool, rows: int, meter: PeakMemory,
-    decoding: Decoding | None = None,
+    run: Any, queries: list[Query], rule: Rule, shared: bool, rows: int, meter: PeakMemory
 ) -> tuple[list[Generation], dict[str, Any]]:  # fmt: skip
-    """Greedy answers (or as `decoding` says) to `prompts` (read as `generate_branches` reads them, `rows` decoded
-    together) and each one's measurements: the batch's peak memory and largest state (the most over a chunk-parallel
-    group), its time per prompt."""
+    """Answers to `queries` under `rule` (a model in this process reads them as `generate_branches` does, `rows`
+    decoded together) and each one's measurements: the batch's peak memory and largest state (the most over a
+    chunk-parallel group; None for a served model, whose memory is the server's), its time per prompt."""
     sizes: list[int] = []
     meter.reset()
     start = time.perf_counter()
-    answers, _ = generate_branches(run.lm, prompts, run.lm.init_state(1), max_new_tokens, [], shared,
-                                   lambda state: sizes.append(state.nbytes()), rows, decoding)  # fmt: skip
-    seconds = (time.perf_counter() - start) / len(prompts)
+    answers, _ = run.answerer.answer(queries, rule, shared=shared, rows=rows,
+                                     after_prompt=lambda state: sizes.append(state.nbytes()))  # fmt: skip
+    seconds = (time.perf_counter() - start) / len(queries)
+    if not sizes:  # no state was read here: the model ran elsewhere
+        return answers, {MEMORY: None, STATE: None, SECONDS: seconds}
     chunk = run.ctx.chunk
     return answers, {MEMORY: group_max(chunk, meter.peak()), STATE: group_max(chunk, max(sizes)), SECONDS: seconds}
+
+
+def most(values: Any) -> int | float | None:
+    """The largest of measurements that may be missing (None: a served model's memory and state are the server's)."""
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
 
 
 def fold_lengths(rows: list[dict[str, Any]], records: list[dict[str, Any]], method: str) -> None:
@@ -41,8 +47,7 @@ def fold_lengths(rows: list[dict[str, Any]], records: list[dict[str, Any]], meth
     tokens read per second."""
     for row in rows:
         mine = [r for r in records if r["length"] == row["length"]]
-        row.update({key: max((r[key] for r in mine), default=None) for key in (MEMORY, STATE)},
-                   peak_memory_method=method)  # fmt: skip
+        row.update({key: most(r[key] for r in mine) for key in (MEMORY, STATE)}, peak_memory_method=method)
         seconds = sum(r[SECONDS] for r in mine)
         row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / seconds if seconds > 0 else None
 

@@ -18,9 +18,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..distributed import DistContext, broadcast_object, gather_round, init_distributed, rounds
-from ..errors import MegaevalError
+from ..errors import MegaevalError, fail
 from ..files import check_outputs, check_writable, write_json_atomic, write_jsonl_atomic, written_through
 from ..models import StreamingLM, chunk_parallel_lm, load_model, model_options, parse_spec
+from ..scoring.answering import Answerer, LocalAnswerer
+from ..serving.answers import ServedAnswerer
+from ..serving.model import open_served
+from ..serving.spec import answer_settings, is_served
 from .journal import Journal
 from .progress import ProgressBar
 from .report import build_report, environment, model_facts
@@ -42,6 +46,11 @@ class Run:
     out: Path
     progress: bool = True
     on_unit: Callable[[int], None] | None = None  # called with the count of finished units (tests interrupt here)
+    answerer: Answerer | None = None  # answers prompts: the model in this process, or over HTTP (a served model)
+
+    def __post_init__(self) -> None:
+        if self.answerer is None:
+            self.answerer = LocalAnswerer(self.lm)
 
     def __enter__(self) -> Run:
         return self
@@ -116,6 +125,8 @@ class Run:
         if self.journal is None:
             return None
         env = {**environment(self.lm.device, self.lm.dtype), **self.ctx.describe()}
+        if isinstance(self.answerer, ServedAnswerer):
+            env["serving"] = self.answerer.stats()
         samples_path = self.settings.samples_path()
         if samples_path and samples is not None:  # the report names its samples file by contents, not by name
             data = {**data, "samples_sha256": write_jsonl_atomic(samples_path, samples)}
@@ -162,18 +173,51 @@ def open_run(
     check_dist_timeout(settings.dist_timeout)  # again: a command's settings may skip RunSettings.__post_init__
     ctx = init_distributed(settings.device, settings.chunk_parallel, settings.dist_timeout)
     try:
-        out = check_run_outputs(settings, [*reads, parse_spec(settings.model)[1]])
-        options = model_options(settings.model, settings.model_args, **settings.family_flags())
-        lm = load_model(settings.model, device=ctx.device, dtype=settings.dtype, **options)
+        served = is_served(settings.model)
+        out = check_run_outputs(settings, [*reads, None if served else parse_spec(settings.model)[1]])
+        if served:
+            lm = _open_served(settings, ctx)
+        else:
+            options = model_options(settings.model, settings.model_args, **settings.family_flags())
+            lm = load_model(settings.model, device=ctx.device, dtype=settings.dtype, **options)
         if ctx.chunk_parallel > 1:  # the group's ranks share each sequence: every model call is collective
             lm = chunk_parallel_lm(lm, ctx.chunk)
         extra = check(lm) if check is not None else {}
         facts = model_facts(lm)
-        identity = {"command": command, "settings": settings.numeric(), "weights_sha256": facts["weights_sha256"],
+        numeric = {**settings.numeric(), "model_args": answer_settings(settings.model, settings.model_args)}
+        identity = {"command": command, "settings": numeric, "weights_sha256": facts["weights_sha256"],
                     **(fingerprint or {}), **extra}  # fmt: skip
         journal = Journal(journal_path(out), identity, settings.resume) if ctx.is_main else None
         ctx.check(None)  # every rank is ready (or every rank stops with the first rank's error)
     except BaseException as e:
         ctx.__exit__(type(e), e, e.__traceback__)
         raise
-    return Run(command, settings, ctx, lm, facts, journal, out, progress, on_unit)
+    answerer = ServedAnswerer(lm, journal) if served else LocalAnswerer(lm)
+    return Run(command, settings, ctx, lm, facts, journal, out, progress, on_unit, answerer)
+
+
+def open_answerer(
+    spec: str | None, model_args: dict[str, Any], device: str = "cpu", dtype: str = "float32",
+    journal: Journal | None = None,
+) -> Answerer:  # fmt: skip
+    """An answerer for a model besides a run's own (a judge): served (its answers journaled in `journal`, when given),
+    or loaded in this process."""
+    if is_served(spec):
+        return ServedAnswerer(open_served(spec, model_args), journal)
+    return LocalAnswerer(load_model(spec, device=device, dtype=dtype, **model_options(spec, model_args)))
+
+
+def _open_served(settings: RunSettings, ctx: DistContext) -> StreamingLM:
+    """A served model, once the flags that only concern a model megaeval loads are checked to be unset: the server
+    chooses dtype and device, and spreads the model itself (one process sends every request)."""
+    given = [flag for flag, value, default in (("--dtype", settings.dtype, "float32"), ("--device", settings.device,
+             "cpu"), ("--kernels", settings.kernels, None), ("--chunk-parallel", settings.chunk_parallel, 1))
+             if value != default]  # fmt: skip
+    if given:
+        raise fail(f"{given[0]} applies to a model megaeval loads, not to a served one ({settings.model})",
+                   f"drop {given[0]}: the server chooses how it runs the model")  # fmt: skip
+    if ctx.world_size > 1:
+        raise fail(f"a served model ({settings.model}) runs in one process: its server spreads the model, and the "
+                   "requests go from one client", "run the command without torchrun (concurrency=N in "
+                   "--model-args keeps N requests in flight)")  # fmt: skip
+    return open_served(settings.model, settings.model_args)

@@ -14,11 +14,18 @@ from ..models.base import StreamingLM
 
 @dataclass
 class Generation:
-    """A continuation: its text (cut before any stop string), tokens and why it ended."""
+    """A continuation: its text (cut before any stop string), tokens and why it ended; from a server, `served` holds
+    what the server said of it (finish_reason, usage counts, latency) and `tokens` is empty: `n_tokens` counts."""
 
     text: str
     tokens: list[int]
     stop_reason: str  # "eos", "stop" (a stop string), "stop_id" (one of `Decoding.stop_ids`) or "length"
+    served: dict | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        """How many tokens were generated (a server's completion_tokens)."""
+        return len(self.tokens) if self.served is None else int(self.served.get("completion_tokens") or 0)
 
 
 @dataclass(frozen=True)

@@ -259,6 +259,27 @@ def branch_tree(
         yield i, logits, branch
 
 
+def read_prompts(
+    lm: StreamingLM, prompts: list[list[int]], prefix: State, shared: bool = True,
+    after_prompt: Callable[[State], None] | None = None, counts: list[int] | None = None,
+) -> Iterator[tuple[int, torch.Tensor, State]]:  # fmt: skip
+    """The prompts read on from the prefix's state, which is not changed: (each one's index, its last logits, its
+    state). With `shared`, as `branch_tree` reads them: every start prompts share (the document
+    that several questions ask about, as far as their fitted tokens agree) is read once, prompts in order of their
+    tokens. Otherwise each prompt whole from a copy of the prefix's state, in order: the per-question reference.
+    `counts[i]`: the tokens read for prompt i."""
+    counts = counts if counts is not None else [0] * len(prompts)
+    if shared:
+        yield from branch_tree(lm, prompts, prefix, after_prompt, counts)
+        return
+    for i, ids in enumerate(prompts):
+        logits, state = prefill(lm, ids, prefix.clone())
+        counts[i] = len(ids)
+        if after_prompt is not None:
+            after_prompt(state)
+        yield i, logits, state
+
+
 def generate_branches(
     lm: StreamingLM, prompts: Sequence[np.ndarray], state: State, max_new_tokens: int, stop: list[str] | None = None,
     shared: bool = True, after_prompt: Callable[[State], None] | None = None, batch_size: int = 1,

@@ -16,7 +16,7 @@ from typing import Any
 from ...metrics.academic import choice_predictions, exact_match
 from ...models.base import StreamingLM
 from ...runs.samples import decoded_ends
-from ...scoring.generate import decode_rows, prefill
+from ...scoring.answering import Answerer, Query, Rule, generation_facts
 from ...scoring.loglik import Prefix, read_prefix
 from ...scoring.requests import bos_prefix, encode_pair, score_request_pair_sets, truncate_prompt
 from .docs import Doc
@@ -117,32 +117,35 @@ def evaluate_choice_docs(
     return records
 
 
-def evaluate_generation(lm: StreamingLM, prepared: AcademicTask, doc: Doc, bos: bool | str) -> dict[str, Any]:
+def evaluate_generation(answerer: Answerer, prepared: AcademicTask, doc: Doc, bos: bool | str) -> dict[str, Any]:
     """Greedy answer of a generation document and its exact match; its samples record."""
-    return evaluate_generations(lm, prepared, [doc], bos)[0]
+    return evaluate_generations(answerer, prepared, [doc], bos)[0]
 
 
 def evaluate_generations(
-    lm: StreamingLM, prepared: AcademicTask, docs: list[Doc], bos: bool | str, batch_size: int = 1
+    answerer: Answerer, prepared: AcademicTask, docs: list[Doc], bos: bool | str, batch_size: int = 1
 ) -> list[dict[str, Any]]:
-    """Greedy answers of generation documents of one task, decoded `batch_size` at a time
-    (`scoring.generate.decode_rows`: each gets what it gets alone); their samples records, in order."""
-    chosen = prepared.chosen
+    """Greedy answers of generation documents of one task, each prompt read whole from a fresh state and decoded
+    `batch_size` at a time (`Answerer.answer_groups`: each gets what it gets alone); their samples records, in
+    order."""
+    lm, chosen = answerer.lm, prepared.chosen
     prompts = []
     for doc in docs:
         prompt = bos_prefix(lm, bos) + lm.tokenizer.encode(doc.contexts[0])
         prompts.append(truncate_prompt(prompt, lm.max_context, chosen["max_new_tokens"]))
-    rows = (prefill(lm, ids, lm.init_state(1)) for ids, _ in prompts)
-    gens = decode_rows(lm, rows, chosen["max_new_tokens"], chosen["stop"], batch_size)
+    rule = Rule(chosen["max_new_tokens"], tuple(chosen["stop"]))
+    names = [f"{prepared.spec['task']} document {doc.doc_id}" for doc in docs]
+    groups = [[Query(ids, name=name)] for name, (ids, _) in zip(names, prompts, strict=True)]
+    grouped = answerer.answer_groups(Query([], name="no prefix"), groups, rule, shared=False, rows=batch_size)
     records = []
-    for doc, (ids, dropped), gen in zip(docs, prompts, gens, strict=True):
+    for doc, (ids, dropped), (gen,) in zip(docs, prompts, grouped.answers, strict=True):
         prediction = gen.text.strip()  # the remove_whitespace filter
-        fed = len(ids) + len(gen.tokens) - (gen.stop_reason != "eos" and len(gen.tokens) > 0)
+        fed = len(ids) + gen.n_tokens - (gen.stop_reason != "eos" and gen.n_tokens > 0)
         records.append({
             "prediction": prediction, "references": doc.references,
             "exact_match": exact_match(prediction, doc.references, **chosen["exact_match"]),
-            "stop_reason": gen.stop_reason, "prompt_tokens": len(ids), "generated_tokens": len(gen.tokens),
+            "stop_reason": gen.stop_reason, "prompt_tokens": len(ids), "generated_tokens": gen.n_tokens,
             "forward_tokens": fed, "forward_tokens_from_scratch": fed, "truncated_tokens": dropped,
-            **decoded_ends(lm.tokenizer, ids),
+            **decoded_ends(lm.tokenizer, ids), **generation_facts(gen),
         })  # fmt: skip
     return records

@@ -26,12 +26,14 @@ Truncate = Callable[[Any, str, int | None], tuple[str, int]]
 
 @dataclass
 class Prompt:
-    """A prompt as the model reads it: ids, the text after truncation (and chat), tokens dropped, the limit used."""
+    """A prompt as the model reads it: ids, the text after truncation (and chat), tokens dropped, the limit used, and
+    the task text after truncation alone (what a chat API's user turn holds)."""
 
     ids: np.ndarray
     text: str
     dropped: int
     limit: int | None
+    cut: str = ""
 
 
 def fit_prompt(
@@ -44,7 +46,7 @@ def fit_prompt(
         text, dropped = truncate(lm.tokenizer, prompt, limit)
         ids, whole, _ = encode(text, "")
         over = 0 if lm.max_context is None else len(ids) + budget - lm.max_context
-        return Prompt(ids, whole, dropped, limit), over
+        return Prompt(ids, whole, dropped, limit, text), over
 
     if explicit is not None or lm.max_context is None:
         fitted, over = attempt(explicit)

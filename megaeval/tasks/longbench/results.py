@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...metrics.longbench import leaderboard, length_buckets, task_score, v2_figures
-from ...runs.answers import MEMORY, SECONDS, STATE
+from ...runs.answers import MEMORY, SECONDS, STATE, most
 
 BUCKETS = ("0-4k", "4-8k", "8k+")
 
@@ -59,7 +59,7 @@ def cost(records: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     seconds = sum(r[SECONDS] for r in records)
     rate = sum(r["prompt_tokens"] for r in records) / seconds if seconds > 0 else None
-    return {MEMORY: max(r[MEMORY] for r in records), STATE: max(r[STATE] for r in records), "tokens_per_second": rate}
+    return {MEMORY: most(r[MEMORY] for r in records), STATE: most(r[STATE] for r in records), "tokens_per_second": rate}
 
 
 def _mean(values: list[float]) -> float | None:

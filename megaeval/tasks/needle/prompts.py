@@ -44,6 +44,7 @@ class NeedlePrompt:
     answers: list[str]
     needle_char: int  # where needles[0] starts in `text`
     haystack_units: int  # sentences (passkey), noise lines, distractor needles, or words (essay)
+    asked: str = ""  # the task text and answer prefix alone, outside any template (a chat API's user turn)
 
 
 def needle_token_offset(prompt: NeedlePrompt, encode_text: Callable[[str], Sequence[int]], bos: bool) -> int:
@@ -170,10 +171,10 @@ def build_prompts(
     prefix = ruler_question(spec, needles)[1] if spec["kind"] == "ruler_niah" else ""
     middle = depths[len(depths) // 2]
 
-    def size(units: int, depth: int = middle) -> tuple[np.ndarray, str, int, float]:
+    def size(units: int, depth: int = middle) -> tuple[np.ndarray, str, int, float, str]:
         text, at, placed = render(spec, needles, units, depth, words)
         ids, whole, start = encode(text, prefix)
-        return ids, whole, start + at, placed
+        return ids, whole, start + at, placed, text + prefix
 
     def build(units: int) -> tuple[list[tuple], int]:
         built = [(d, *size(units, d)) for d in depths]
@@ -204,8 +205,8 @@ def build_prompts(
                 units, built = mid, tried
             else:
                 high = mid
-    _check_depths(spec["task"], length, [(d, placed) for d, _, _, _, placed in built])
-    return [NeedlePrompt(d, text, ids, needles.answers, at, units) for d, ids, text, at, _ in built]
+    _check_depths(spec["task"], length, [(d, placed) for d, _, _, _, placed, _ in built])
+    return [NeedlePrompt(d, text, ids, needles.answers, at, units, asked) for d, ids, text, at, _, asked in built]
 
 
 def _check_depths(task: str, length: int, placed: list[tuple[int, float]]) -> None:

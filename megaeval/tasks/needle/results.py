@@ -5,6 +5,8 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
+from ...runs.answers import most
+
 
 def needle_results(records: list[dict], specs: dict[str, dict], lengths: list[int], depths: list[int]) -> dict:
     """Per task: `cells` [{length, depth, n, accuracy, peak_memory_bytes}], `lengths` [{length, n, accuracy, ...}],
@@ -16,7 +18,7 @@ def needle_results(records: list[dict], specs: dict[str, dict], lengths: list[in
     for task, spec in specs.items():
         units = [r for r in records if r["task"] == task]
         rows = [p for r in units for p in r["prompts"]]
-        peak = {n: max(r["peak_memory_bytes"] for r in units if r["length"] == n) for n in lengths}
+        peak = {n: most(r["peak_memory_bytes"] for r in units if r["length"] == n) for n in lengths}
         cells = []
         for n in lengths:
             for d in depths:
@@ -32,13 +34,13 @@ def needle_results(records: list[dict], specs: dict[str, dict], lengths: list[in
                 "mean_prompt_tokens": mean(p["prompt_tokens"] for r in mine for p in r["prompts"]),
                 "tokens_read": sum(r["tokens_read"] for r in mine),
                 "tokens_naive": sum(r["tokens_naive"] for r in mine),
-                "peak_memory_bytes": peak[n], "state_bytes": max(r["state_bytes"] for r in mine),
+                "peak_memory_bytes": peak[n], "state_bytes": most(r["state_bytes"] for r in mine),
             })  # fmt: skip
         results[task] = {
             "n": len(rows), "metric": "accuracy", "accuracy": mean(p["score"] for p in rows),
             "score": spec["metric"], "cells": cells, "lengths": by_length,
             "tokens_read": sum(r["tokens_read"] for r in units), "tokens_naive": sum(r["tokens_naive"] for r in units),
-            "peak_memory_bytes": max(peak.values()),
+            "peak_memory_bytes": most(peak.values()),
         }  # fmt: skip
     results["average"] = mean(results[t]["accuracy"] for t in specs)
     results["average_of"] = {t: "accuracy" for t in specs}

@@ -12,18 +12,16 @@ the example's SCROLLS prompt.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
-
-import torch
 
 from ...errors import fail
 from ...metrics.scrolls import example_scores
 from ...models.base import State, StreamingLM
 from ...runs.samples import decoded_ends
+from ...scoring.answering import Answerer, Query, Rule, generation_facts
 from ...scoring.chat import ChatFormat, ChatTemplate
-from ...scoring.generate import branch_tree, decode_rows, prefill
 from ...scoring.requests import bos_prefix
 from .docs import (
     Example,
@@ -103,54 +101,27 @@ def fit_prefix(
 READ = "prompt_tokens_read"  # per example: the tokens read for it after the prefix (a shared start counted once)
 
 
-def read_prompts(
-    lm: StreamingLM, prompts: list[list[int]], prefix: State, shared: bool = True,
-    after_prompt: Callable[[State], None] | None = None, counts: list[int] | None = None,
-) -> Iterator[tuple[int, torch.Tensor, State]]:  # fmt: skip
-    """The prompts read on from the prefix's state, which is not changed: (each one's index, its last logits, its
-    state). With `shared`, as `scoring.generate.branch_tree` reads them: every start prompts share (the document
-    that several questions ask about, as far as their fitted tokens agree) is read once, prompts in order of their
-    tokens. Otherwise each prompt whole from a copy of the prefix's state, in order: the per-question reference.
-    `counts[i]`: the tokens read for prompt i."""
-    counts = counts if counts is not None else [0] * len(prompts)
-    if shared:
-        yield from branch_tree(lm, prompts, prefix, after_prompt, counts)
-        return
-    for i, ids in enumerate(prompts):
-        logits, state = prefill(lm, ids, prefix.clone())
-        counts[i] = len(ids)
-        if after_prompt is not None:
-            after_prompt(state)
-        yield i, logits, state
-
-
 def evaluate_examples(
-    lm: StreamingLM, task: ScrollsTask, fit: FewShotFit, prefix: State, examples: list[Example],
-    truncation: str = "middle", after_prompt: Callable[[State], dict[str, Any]] | None = None, batch_size: int = 1,
-    shared: bool = True,
+    answerer: Answerer, task: ScrollsTask, fit: FewShotFit, examples: list[Example], truncation: str = "middle",
+    after_prompt: Callable[[State], dict[str, Any]] | None = None, batch_size: int = 1, shared: bool = True,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Answer examples of one task from the prefix's state, their prompts read by `read_prompts` (`shared`: each
-    start they share read once) and decoded `batch_size` at a time (`scoring.generate.decode_rows`: each gets what
-    it gets alone); their samples records, in order, with the tokens read for each (READ) and what `after_prompt`
-    says of each one's state once read."""
-    chosen = task.chosen
+    """Answer examples of one task after its few-shot prefix (`fit.ids`, read once), document by document
+    (`Answerer.answer_groups`: with `shared`, each start a document's questions share read once) and decoded
+    `batch_size` at a time (each gets what it gets alone); their samples records, in order, with the tokens read for
+    each (READ) and what `after_prompt` says of each one's state once read."""
+    lm, chosen = answerer.lm, task.chosen
     prompts = [fit_prompt(lm, fit.form, example, fit.budget, truncation) for example in examples]
-    counts, order, seen = [0] * len(prompts), [], []
     position = {id(example): i for i, example in enumerate(examples)}
-
-    def rows():  # group by group (prompts share only within a document: counts do not depend on the batch)
-        note = None if after_prompt is None else (lambda state: seen.append(after_prompt(state)))
-        for group in document_groups(examples):
-            members = [position[id(example)] for example in group]
-            read = [0] * len(members)
-            for k, logits, state in read_prompts(lm, [prompts[i][0] for i in members], prefix, shared, note, read):
-                order.append(members[k])
-                yield logits, state
-            for k, i in enumerate(members):
-                counts[i] = read[k]
-
-    decoded = decode_rows(lm, rows(), chosen["max_new_tokens"], chosen["stop"], batch_size)
-    gens, measured = dict(zip(order, decoded, strict=True)), dict(zip(order, seen or [{}] * len(order), strict=True))
+    members = [[position[id(example)] for example in group] for group in document_groups(examples)]
+    prefix = Query(fit.ids, name=f"scrolls {task.name}'s few-shot prefix")
+    groups = [[Query(prompts[i][0], name=f"scrolls {task.name} example {examples[i].id}") for i in group]
+              for group in members]  # fmt: skip
+    rule = Rule(chosen["max_new_tokens"], tuple(chosen["stop"]))
+    grouped = answerer.answer_groups(prefix, groups, rule, shared=shared, rows=batch_size, after_prompt=after_prompt)
+    gens, counts, measured = {}, {}, {}
+    for group, answers, read, notes in zip(members, grouped.answers, grouped.read, grouped.notes, strict=True):
+        for k, i in enumerate(group):
+            gens[i], counts[i], measured[i] = answers[k], read[k], notes[k] or {}
     records = []
     for i, (example, (ids, dropped)) in enumerate(zip(examples, prompts, strict=True)):
         gen = gens[i]
@@ -159,8 +130,8 @@ def evaluate_examples(
             "task": task.name, "id": example.id, "prompt_tokens": len(fit.ids) + len(ids),
             "truncated_tokens": dropped, "exemplar_truncated_tokens": fit.dropped,
             "prediction": prediction, "references": example.references, "stop_reason": gen.stop_reason,
-            "generated_tokens": len(gen.tokens), "exemplar_ids": [e.id for e in task.exemplars],
+            "generated_tokens": gen.n_tokens, "exemplar_ids": [e.id for e in task.exemplars],
             "scores": example_scores(chosen["metric"], prediction, example.references),
-            **decoded_ends(lm.tokenizer, [*fit.ids, *ids]), READ: counts[i], **measured[i],
+            **decoded_ends(lm.tokenizer, [*fit.ids, *ids]), **generation_facts(gen), READ: counts[i], **measured[i],
         })  # fmt: skip
     return records

@@ -8,12 +8,11 @@ from typing import Any
 def run_recording(monkeypatch: Any, settings: Any) -> tuple[dict, dict]:
     """Run scrolls, recording the prefix each task reads (`seen["prefix"]`), the tokenizer, and every example's
     prompt tokens with the length of the state it starts from (`seen["prompt"]`: (ids, length or None))."""
-    from megaeval.commands import scrolls as scrolls_command
     from megaeval.commands.scrolls import run_scrolls
-    from megaeval.tasks.scrolls import evaluate as scrolls_evaluate
+    from megaeval.scoring import answering
 
     seen: dict = {"prefix": [], "prompt": []}
-    read, prompts_read = scrolls_command.read_prefix, scrolls_evaluate.read_prompts
+    read, prompts_read = answering.read_prefix, answering.read_prompts
 
     def read_prefix(lm, ids):
         seen["prefix"].append(list(ids))
@@ -25,6 +24,6 @@ def run_recording(monkeypatch: Any, settings: Any) -> tuple[dict, dict]:
         seen["prompt"] += [(list(ids), start) for ids in prompts]
         return prompts_read(lm, prompts, state, *args)
 
-    monkeypatch.setattr(scrolls_command, "read_prefix", read_prefix)
-    monkeypatch.setattr(scrolls_evaluate, "read_prompts", read_prompts)
+    monkeypatch.setattr(answering, "read_prefix", read_prefix)
+    monkeypatch.setattr(answering, "read_prompts", read_prompts)
     return run_scrolls(settings, progress=False), seen

@@ -16,6 +16,7 @@ import torch
 from megaeval import MegaevalError, load_model
 from megaeval.commands.academic import AcademicSettings, run_academic
 from megaeval.metrics.academic import choice_predictions, exact_match, group_scores, mean_stderr
+from megaeval.scoring.answering import LocalAnswerer
 from megaeval.scoring.requests import encode_pair
 from megaeval.tasks.academic.docs import TaskDocs, draw_exemplars, hellaswag_preprocess
 from megaeval.tasks.academic.evaluate import FewshotCache, evaluate_choices, evaluate_generation
@@ -320,7 +321,7 @@ def test_fixed_context_models_lose_context_tokens_from_the_left(lm64, monkeypatc
     assert record["loglikelihoods"] == pytest.approx(expected, rel=0, abs=1e-9)
     nq = prepared("nq_open", limit=1)
     monkeypatch.setattr(lm64, "max_context", 256 + 10)  # room for 10 prompt tokens and 256 new ones
-    gen = evaluate_generation(lm64, nq, nq.docs[0], bos=True)
+    gen = evaluate_generation(LocalAnswerer(lm64), nq, nq.docs[0], bos=True)
     prompt = [lm64.tokenizer.bos_id] + lm64.tokenizer.encode(nq.docs[0].contexts[0])
     assert gen["prompt_tokens"] == 10 and gen["truncated_tokens"] == len(prompt) - 10
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from megaeval import load_model
 from megaeval.cli import app
 from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
+from megaeval.scoring import answering
 from megaeval.scoring.generate import branch_tree, prefill
-from megaeval.tasks.scrolls import evaluate as scrolls_evaluate
 from megaeval_testing import AUSTEN
 
 TEXT = (AUSTEN / "persuasion.txt").read_text(encoding="utf-8")
@@ -66,7 +66,7 @@ def trie_size(prompts: list[list[int]]) -> int:
 )
 def test_shared_reading_equals_reading_each_prompt_whole(monkeypatch, tmp_path, model, args):
     groups: list[list[list[int]]] = []  # the fitted prompts of each document, as read
-    read_prompts, tokenizers = scrolls_evaluate.read_prompts, []
+    read_prompts, tokenizers = answering.read_prompts, []
 
     def recording(lm, prompts, state, *rest):
         groups.append([list(p) for p in prompts])
@@ -75,7 +75,7 @@ def test_shared_reading_equals_reading_each_prompt_whole(monkeypatch, tmp_path, 
 
     flags = {"model": f"embedded:{model}", "batch_size": 3, **args}
     with monkeypatch.context() as m:
-        m.setattr(scrolls_evaluate, "read_prompts", recording)
+        m.setattr(answering, "read_prompts", recording)
         shared, lines = run(tmp_path, "shared", **flags)
     alone, alone_lines = run(tmp_path, "alone", share_documents=False, **flags)
     assert lines == alone_lines  # the same predictions, scores and prompts, in the examples' order
