@@ -189,6 +189,7 @@ class FaultProxy:
         if body is not None:
             with self._lock:
                 entry["status"] = status
+                entry["response"] = json.loads(data) if status == 200 else None
                 self.forwarded += status == 200
         self._reply_raw(handler, status, data)
 
