@@ -186,7 +186,8 @@ class ServedAnswerer:
             raise fail(f"{query.name}: answered by model {model!r}, not {self.lm.model_name!r}",
                        "check that the server serves the model named in --model-args model=")  # fmt: skip
         choice = choices[0]
-        text = choice.get("message", {}).get("content") if self.lm.prompt_format == "messages" else choice.get("text")
+        chat = self.lm.prompt_format == "messages"
+        text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
         if not isinstance(text, str):
             text = "" if text is None and choice.get("finish_reason") else text
             if not isinstance(text, str):
