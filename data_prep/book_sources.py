@@ -19,7 +19,7 @@ from typing import Any
 
 from megaeval.errors import fail
 from megaeval.files import file_sha256
-from megaeval.text import CONVERT, parse_json
+from megaeval.text import CONVERT, ParquetRows, parse_json
 
 BOOK_SUFFIXES = (".txt", ".txt.gz")
 HUB_NAME = re.compile(r"\w[\w.-]*(/\w[\w.-]*)?")
@@ -147,27 +147,18 @@ def _open_jsonl(src: str, path: Path, text_field: str) -> Source:
 
 
 def _open_parquet(src: str, path: Path, text_field: str) -> Source:
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ... for files it cannot parse
-        raise fail(f"cannot read {src} as parquet ({_first_line(e)})", "check the file") from None
-    columns = table.schema_arrow.names
-    if text_field not in columns:
+    table = ParquetRows(path, [text_field], fix="check the file")  # a damaged page or non-UTF-8 text: file and row
+    if text_field not in table.columns:
         raise fail(
-            f"{src} has no {text_field!r} column (it has: {', '.join(columns)})",
+            f"{src} has no {text_field!r} column (it has: {', '.join(table.names)})",
             "pass --text-field with the column that holds the text",
         )
 
     def rows() -> Iterator[tuple[str, Any]]:
-        values = (
-            value for batch in table.iter_batches(64, columns=[text_field]) for value in batch.column(0).to_pylist()
-        )
-        for row, value in enumerate(values):
-            yield f"{src} row {row}", value
+        for row, record in enumerate(table):
+            yield f"{src} row {row}", record[text_field]
 
-    return Source(src, "parquet", path.name, table.metadata.num_rows, rows=rows, sha256=file_sha256(path))
+    return Source(src, "parquet", path.name, len(table), rows=rows, sha256=file_sha256(path))
 
 
 def _open_saved_dataset(src: str, path: Path, text_field: str) -> Source:

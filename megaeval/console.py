@@ -3,23 +3,54 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import signal
 import sys
+import unicodedata
 
 from .errors import fail
 
 
 def echo(text: str = "", end: str = "\n") -> None:
-    """Print to standard output; a full disk or a closed pipe there is one error line, not a traceback."""
+    """Print to standard output; a full disk or a closed pipe there is one error line, not a traceback, and a character
+    its encoding lacks (PYTHONIOENCODING=ascii, a legacy code page) is degraded (`printable`)."""
     try:
-        sys.stdout.write(str(text) + end)
+        sys.stdout.write(printable(str(text) + end, getattr(sys.stdout, "encoding", None) or "utf-8"))
         sys.stdout.flush()
     except OSError as e:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what stays buffered goes nowhere at exit
         reason = "no space left on the device" if e.errno == errno.ENOSPC else (e.strerror or str(e))
         raise fail(f"cannot write to standard output: {reason}", "free some space, or send it elsewhere") from None
+
+
+def printable(text: str, encoding: str) -> str:
+    """`text` as `encoding` can carry it: unchanged when it can; else a table's box drawing as ASCII (- | +) and any
+    other character it lacks as "?" (two for a wide one, so columns stay aligned)."""
+    try:
+        text.encode(encoding)
+        return text
+    except (UnicodeEncodeError, LookupError):
+        pass
+    try:
+        "".encode(encoding)
+    except LookupError:  # an encoding Python does not know: ASCII is safe
+        encoding = "ascii"
+    return "".join(_degraded(ch, encoding) for ch in text)
+
+
+@functools.cache
+def _degraded(ch: str, encoding: str) -> str:
+    try:
+        ch.encode(encoding)
+        return ch
+    except UnicodeEncodeError:
+        pass
+    name = unicodedata.name(ch, "").split()
+    if name[:2] == ["BOX", "DRAWINGS"]:  # a line (─ ━ │ ┃) or a corner or junction (┏ ┳ ╇: "... AND ...")
+        return "+" if "AND" in name else "-" if "HORIZONTAL" in name else "|" if "VERTICAL" in name else "+"
+    return "?" * (2 if unicodedata.east_asian_width(ch) in "WF" else 1)
 
 
 def error_line(message: str) -> None:

@@ -33,6 +33,13 @@ def files_sha256(files: list[Path]) -> str:
     return hashlib.sha256(" ".join(digests).encode()).hexdigest()
 
 
+def dataset_files_sha256(dataset: Any) -> dict[str, str]:
+    """The checksum of each file a `datasets` Dataset reads (its arrow files, by name): what identifies its rows
+    in a report and a resume fingerprint, where the dataset's own fingerprint stays the same when its files are
+    replaced. Hashed once while a file is unchanged (`cached_file_sha256`)."""
+    return {Path(f["filename"]).name: cached_file_sha256(f["filename"]) for f in dataset.cache_files}
+
+
 def write_json_atomic(path: str | Path, obj: Any, flag: str = "--out") -> None:
     """Write JSON to `path` with `write_output` (a report)."""
     text = json.dumps(obj, indent=1, allow_nan=False) + "\n"

@@ -1,5 +1,5 @@
 """Text files in and out through one place: strict UTF-8, no lone surrogates (JSON's `\\ud800` escapes, which no
-UTF-8 writer can write back), and every refusal naming the file and the line."""
+UTF-8 writer can write back), and every refusal naming the file and the line (a parquet file's: the row)."""
 
 from __future__ import annotations
 
@@ -114,3 +114,94 @@ def iter_jsonl(path: str | Path, what: str = "", fix: str = "fix or remove that 
                 raise fail(f"{name} line {number} is not UTF-8 text ({e.reason})", CONVERT) from None
             if line.strip():
                 yield number, parse_json(line, f"{name} line {number}", fix)
+
+
+class ParquetRows:
+    """A parquet file's rows (of `columns` where it has them; None: all), read a piece at a time and checked as the
+    JSON readers check lines: a damaged page, or a string that is not UTF-8, is one line naming the file and the
+    row (counted from 1). Indexing holds one row group, iterating 64 rows: a set of huge rows never sits in memory."""
+
+    def __init__(self, path: str | Path, columns: list[str] | None = None, fix: str = "export the file again"):
+        import pyarrow.parquet as pq
+
+        self.path, self.fix = Path(path), fix
+        try:
+            self._file = pq.ParquetFile(self.path)
+        except FileNotFoundError:
+            raise fail(f"{self.path}: no such file", "check the path") from None
+        except Exception as e:  # pyarrow's errors for a file it cannot parse (OSError, ArrowInvalid, ...)
+            raise fail(f"{self.path} is not a readable parquet file ({_reason(e)})", fix) from None
+        self.names = self._file.schema_arrow.names  # every column of the file; `columns`: those read
+        self.columns = self.names if columns is None else [c for c in columns if c in self.names]
+        sizes = [self._file.metadata.row_group(g).num_rows for g in range(self._file.num_row_groups)]
+        self._starts = [sum(sizes[:g]) for g in range(len(sizes) + 1)]
+        self._group: tuple[int, list[dict[str, Any]]] | None = None
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import pyarrow as pa
+
+        for group in range(len(self._starts) - 1):
+            batches, done = self._file.iter_batches(64, row_groups=[group], columns=self.columns), self._starts[group]
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    break
+                except Exception as e:  # a damaged page or header past an intact footer (read ahead: its group)
+                    raise self._damaged(group, e) from None
+                yield from self._checked(pa.Table.from_batches([batch]), done)
+                done += batch.num_rows
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        group = next(g for g in range(len(self._starts) - 1) if index < self._starts[g + 1])
+        if self._group is None or self._group[0] != group:
+            self._group = None  # the previous group goes before the next is read
+            try:
+                table = self._file.read_row_group(group, columns=self.columns)
+            except Exception as e:  # a damaged page or header past an intact footer
+                raise self._damaged(group, e) from None
+            self._group = (group, self._checked(table, self._starts[group]))
+        return self._group[1][index - self._starts[group]]
+
+    def _damaged(self, group: int, error: Exception) -> Exception:
+        """The refusal of a row group that cannot be read, naming its rows."""
+        first, end = self._starts[group] + 1, self._starts[group + 1]
+        return fail(f"{self.path} rows {first}-{end} cannot be read: a damaged page ({_reason(error)})",
+                    self.fix)  # fmt: skip
+
+    def _checked(self, table: Any, done: int) -> list[dict[str, Any]]:
+        """The rows of `table` (the file's rows from `done` on), every string checked."""
+        try:
+            rows = table.to_pylist()
+        except UnicodeDecodeError as e:
+            row, column = _undecodable(table)
+            raise fail(f"{self.path} row {done + row + 1}: `{column}` holds bytes that are not UTF-8 ({e.reason})",
+                       CONVERT) from None  # fmt: skip
+        return check_text(rows, f"{self.path} rows {done + 1}-{done + len(rows)}")
+
+
+def read_parquet(path: str | Path, fix: str = "export the file again") -> list[dict[str, Any]]:
+    """Every row of a parquet file, checked as `ParquetRows` checks them."""
+    return list(ParquetRows(path, fix=fix))
+
+
+def _undecodable(table: Any) -> tuple[int, str]:
+    """The first (row, column) of a table whose strings are not all UTF-8 (for the error line)."""
+    for row in range(table.num_rows):
+        for column in table.column_names:
+            try:
+                table.slice(row, 1).column(column).to_pylist()
+            except UnicodeDecodeError:
+                return row, column
+    return 0, table.column_names[0]
+
+
+def _reason(error: Exception) -> str:
+    """pyarrow's message on one line (its lines joined, the damaged bytes it quotes dropped), cut at 120 characters."""
+    text = "".join(c if c.isprintable() else " " for c in str(error))
+    return " ".join(text.split())[:120] or type(error).__name__

@@ -230,7 +230,8 @@ class _Fields:
 
 
 def fmt_argv(template: str, fields) -> list[str]:
-    return [token.format_map(fields) for token in shlex.split(template)]
+    """The case's argv; an option it repeats from its base command replaces the base's (`H.overridden`)."""
+    return H.overridden([token.format_map(fields) for token in shlex.split(template)])
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -23,9 +23,13 @@ def babilong(
     tasks: Annotated[str, typer.Option("--tasks", "--task", help="Comma-separated qa1 ... qa20, or all.")] = (
         "qa1,qa2,qa3,qa4,qa5"
     ),
-    lengths: Annotated[str, typer.Option(help="The sets' configs: 0k, 1k, ..., 128k, ..., 1M, 10M.")] = (
-        "0k,1k,2k,4k,8k,16k,32k,64k,128k"
-    ),
+    lengths: Annotated[
+        str | None,
+        typer.Option(
+            help="The sets' configs: 0k, 1k, ..., 128k, ..., 1M, 10M; default 0k-128k, with --predictions every "
+            "length the folder holds."
+        ),
+    ] = None,
     num_samples: Annotated[
         int | None, typer.Option(help="The first N instances of each task and length; default: all.")
     ] = None,

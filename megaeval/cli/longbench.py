@@ -21,7 +21,10 @@ def longbench(
             "with network."
         ),
     ] = None,
-    tasks: Annotated[str, typer.Option("--tasks", "--task", help="v1: comma-separated task names, or all.")] = "all",
+    tasks: Annotated[
+        str,
+        typer.Option("--tasks", "--task", help="v1: comma-separated task names, all, or present (the --data folder's)"),
+    ] = "all",
     longbench_e: Annotated[
         bool, typer.Option("--e", help="v1: LongBench-E (<task>_e.jsonl, its 13 tasks, 0-4k/4-8k/8k+ buckets).")
     ] = False,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+from collections import Counter
 
 import typer
 
@@ -14,11 +16,56 @@ from .options import bare_chat_template
 HELP = "Evaluate long-context language models: perplexity sweeps, needle retrieval, SCROLLS and the academic suite."
 
 
+HELP_WIDTH = 100  # the width of help off a terminal; a terminal narrower than this gets plain help at its own width
+
+
+def help_width() -> int | None:
+    """The width of plain-text help, or None on a terminal wide enough for rich's panels (which squeeze every
+    option's text into a narrow column below that, and are drawn at 80 columns off a terminal)."""
+    if not getattr(sys.stdout, "isatty", lambda: False)():
+        return HELP_WIDTH
+    columns = shutil.get_terminal_size().columns
+    return None if columns >= HELP_WIDTH else columns
+
+
+def _format_help(ctx, formatter, rich, plain) -> None:  # noqa: ANN001 (click's types)
+    """`rich` (typer's panels) on a wide terminal, else `plain` (click's layout) at `help_width()`."""
+    width = help_width()
+    if width is None:
+        return rich(ctx, formatter)
+    formatter.width = width
+    return plain(ctx, formatter)
+
+
 class _Commands(typer.core.TyperGroup):
     """megaeval's command group: a bare `--chat-template` (no name) reads as `--chat-template=default`."""
 
     def parse_args(self, ctx, args):  # noqa: ANN001, ANN201 (click's signature)
         return super().parse_args(ctx, bare_chat_template(args))
+
+    def format_help(self, ctx, formatter) -> None:  # noqa: ANN001 (click's signature)
+        _format_help(ctx, formatter, super().format_help, super(typer.core.TyperGroup, self).format_help)
+
+
+class _Command(typer.core.TyperCommand):
+    """A megaeval command: an option that takes one value, given twice, is refused (click would keep the last one
+    without a word); help as `_format_help` lays it out."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201 (click's signature)
+        given = list(args)  # click's parser consumes the list it reads
+        rest = super().parse_args(ctx, args)
+        _, _, order = self.make_parser(ctx).parse_args(args=given)
+        for param, times in Counter(order).items():
+            if times > 1 and param.param_type_name == "option" and not (param.multiple or param.count):
+                name = param.opts[0]
+                listed = f" (several as one comma-separated value: {name} A,B)" if "omma-separated" in (
+                    param.help or "") else ""  # fmt: skip
+                ctx.fail(f"{name} is given {times} times but takes one value, and only the last would count; pass "
+                         f"it once{listed}")  # fmt: skip
+        return rest
+
+    def format_help(self, ctx, formatter) -> None:  # noqa: ANN001 (click's signature)
+        _format_help(ctx, formatter, super().format_help, super(typer.core.TyperCommand, self).format_help)
 
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=HELP)
@@ -35,7 +82,7 @@ for _name, _command in (
     ("babilong", babilong.babilong), ("longbench", longbench.longbench), ("longppl", longppl.longppl),
     ("report", report.report), ("plot", report.plot),
 ):  # fmt: skip
-    app.command(_name)(_command)
+    app.command(_name, cls=_Command)(_command)
 
 
 def main() -> None:

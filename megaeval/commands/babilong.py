@@ -27,13 +27,14 @@ from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.cost import announce_cost as cost_line
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
-from ..runs.settings import ignored_flag
+from ..runs.settings import ignored_flag, shared_modes
 from ..scoring.answering import Query, Rule, chat_messages, generation_facts
 from ..scoring.bos import resolve_bos
 from ..scoring.chat import ChatFlags, run_template
 from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, prompt_encoder
 from ..tasks.babilong.data import HUB, read_instances
+from ..tasks.babilong.predictions import held_lengths
 from ..tasks.babilong.prompts import PromptParts, format_prompt
 from ..tasks.babilong.results import babilong_results
 from ..tasks.babilong.spec import length_tokens, load_babilong_task, parse_lengths
@@ -51,7 +52,8 @@ class BabilongSettings(ChatFlags, RunSettings):
 
     data: str | None = None  # the sets: a folder in one of their layouts, or hub:NAME
     tasks: str = DEFAULT_TASKS
-    lengths: str | list[str] = DEFAULT_LENGTHS
+    # None: DEFAULT_LENGTHS, or with --predictions every length the folder holds for the tasks and prompt
+    lengths: str | list[str] | None = None
     num_samples: int | None = None  # the first N instances of each task and length (None: all)
     instruction: bool = True
     examples: bool = True
@@ -83,8 +85,8 @@ class BabilongSettings(ChatFlags, RunSettings):
         self.bos = bos_policy(self.bos)
         self.check_chat()
         self.batch_size = parse_batch_size(self.batch_size)
-        self.lengths = parse_lengths(self.lengths)
         self.task_names = parse_tasks(self.tasks, "babilong", self.include_path)
+        self.lengths = parse_lengths(self.lengths if self.lengths is not None else self.held_lengths())
         if self.system_instruction:
             raise fail("--system-instruction: BABILong's official Hugging Face path renders the prompt as the only "
                        "turn and drops any system prompt", "drop --system-instruction")  # fmt: skip
@@ -109,12 +111,25 @@ class BabilongSettings(ChatFlags, RunSettings):
         if self.data and not self.data.startswith(HUB) and not Path(self.data).is_dir():
             raise fail(f"--data {self.data}: no such folder", "pass a folder of BABILong's sets, or hub:NAME")
 
+    def held_lengths(self) -> str | list[str]:
+        """The lengths when none are given: with --predictions, those the folder holds for the tasks and prompt (all
+        of them scored, none left out), else DEFAULT_LENGTHS."""
+        if not self.predictions or not Path(self.predictions).is_dir():
+            return DEFAULT_LENGTHS
+        held = held_lengths(self.predictions, self.task_names, self.parts)
+        if not held:
+            raise fail(f"--predictions {self.predictions} holds no prediction file of {', '.join(self.task_names)} "
+                       f"made with the prompt {self.parts.name}", "pass the folder of one model's prediction files, "
+                       "with the --tasks and prompt flags they were made with")  # fmt: skip
+        return held
+
     # flag -> (its default, the modes it applies to): one table, checked once
     MODES: ClassVar[dict[str, tuple[str, ...]]] = {
         **dict.fromkeys(("write_data", "babi", "background", "babi_split", "text_field", "length_tokenizer",
                          "clean_up_spaces", "seed"), ("--prepare-only",)),
-        **dict.fromkeys(("model", "write_predictions", "schedule", "batch_size"), ("--data",)),
-        "samples": ("--data", "--predictions"), "chat_template": ("--data", "--predictions"),
+        **dict.fromkeys(("write_predictions", "schedule", "batch_size"), ("--data",)),
+        **shared_modes(run=("--data",), report=("--data", "--predictions")),
+        "chat_template": ("--data", "--predictions"),
     }  # fmt: skip
 
     def check_modes(self) -> None:
@@ -141,7 +156,7 @@ def run_babilong(settings: BabilongSettings, progress: bool = True, on_unit=None
         from .babilong_files import score_predictions
 
         return score_predictions(settings, specs)
-    sets = {(t, n): read_instances(settings.data, t, n) for t in specs for n in settings.lengths}
+    sets = {(t, n): read_instances(settings.data, t, n, specs[t]) for t in specs for n in settings.lengths}
     counts = instance_counts(sets, settings.num_samples)
     data = data_facts(settings, specs, sets)
 
@@ -173,12 +188,14 @@ def data_facts(settings: BabilongSettings, specs: dict[str, dict], sets: dict[tu
 
 
 def instance_counts(sets: dict[tuple[str, str], Any], num_samples: int | None) -> dict[tuple[str, str], int]:
-    """How many instances of each (task, length) run, before any model loads; an empty set is refused. Each set is
-    read to count it and dropped again, so that at most one is held."""
+    """How many instances of each (task, length) run, before any model loads; an empty set, and one with an
+    instance that cannot be right, are refused. Each set is read to check it and dropped again, so that at most one
+    is held."""
     counts = {}
     for key, instances in sets.items():
         if not len(instances):
             raise fail(f"{instances.where} holds no instances", "pass BABILong's sets as written, or drop that length")
+        instances.check_all()
         counts[key] = len(instances) if num_samples is None else min(num_samples, len(instances))
         instances.release()
     return counts
@@ -198,6 +215,16 @@ def check_model(lm: StreamingLM, settings: BabilongSettings) -> dict[str, Any]:
     # rendered one (apply_chat_template tokenizes without special tokens)
     bos = resolve_bos(lm, settings.bos) if template is None else settings.bos == "always"
     return {"bos_effective": bos, "chat_template_effective": template and template.facts()}
+
+
+def past_context(lm: StreamingLM, spec: dict, task: str, length: str, index: int, tokens: int) -> Exception:
+    """The refusal of a prompt a fixed-context model cannot read (BABILong never truncates): shorter --lengths
+    where there are shorter ones, else a model with a longer context."""
+    shortest = length_tokens(length) == 0
+    fix = "use a model with a longer context (0k is BABILong's shortest set)" if shortest else "use shorter --lengths"
+    return fail(f"{task} at {length}, instance {index}: its prompt is {tokens:,} tokens, and with "
+                f"{spec['max_new_tokens']} new ones it passes {lm.spec}'s max_context {lm.max_context:,}; BABILong "
+                "never truncates", fix)  # fmt: skip
 
 
 def _evaluate(
@@ -226,9 +253,7 @@ def _evaluate(
             prompts = [encode(text, "") for text in texts]
             for (ids, _, _), i in zip(prompts, indices, strict=True):
                 if lm.max_context is not None and len(ids) + spec["max_new_tokens"] > lm.max_context:
-                    raise fail(f"{task} at {length}, instance {i}: its prompt is {len(ids):,} tokens, and with "
-                               f"{spec['max_new_tokens']} new ones it passes {lm.spec}'s max_context "
-                               f"{lm.max_context:,}; BABILong never truncates", "use shorter --lengths")  # fmt: skip
+                    raise past_context(lm, spec, task, length, i, len(ids))
             names = [f"babilong {task} at {length}, instance {i}" for i in indices]
             queries = [Query(ids, whole, chat_messages(settings.chat, text), name)
                        for (ids, whole, _), text, name in zip(prompts, texts, names, strict=True)]  # fmt: skip

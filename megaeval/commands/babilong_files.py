@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..console import note_line
 from ..errors import fail
 from ..files import check_outputs, check_writable, file_sha256, write_json_atomic, write_jsonl_atomic, write_output
 from ..metrics.babilong import compare_answers
@@ -16,7 +17,7 @@ from ..runs.progress import ProgressBar
 from ..runs.report import build_report, environment
 from ..runs.run import check_run_outputs
 from ..tasks.babilong.data import write_instances
-from ..tasks.babilong.predictions import prediction_file, read_predictions, write_predictions
+from ..tasks.babilong.predictions import held_lengths, prediction_file, read_predictions, write_predictions
 from ..tasks.babilong.results import babilong_results
 from ..tasks.babilong.spec import length_tokens
 
@@ -27,7 +28,8 @@ GENERATOR = {"repository": "booydar/babilong", "commit": "7a6efee29f5cac03c3c410
 
 def score_predictions(settings: Any, specs: dict[str, dict]) -> dict[str, Any]:
     """--predictions DIR: the official prediction files of every task and length scored by the official rule
-    (each file's first --num-samples rows, or all); writes the report (and samples) and returns it."""
+    (each file's first --num-samples rows, or all); writes the report (and samples) and returns it. Files of the
+    chosen tasks at lengths outside --lengths are named (a note, and `data.left_out` in the report)."""
     if settings.model is not None or settings.model_args:
         raise fail(f"--predictions scores the prediction files in {settings.predictions} without a model, so --model "
                    "would be ignored", "drop --model and --model-args, or drop --predictions")  # fmt: skip
@@ -36,7 +38,7 @@ def score_predictions(settings: Any, specs: dict[str, dict]) -> dict[str, Any]:
     for task, spec in specs.items():
         for length in settings.lengths:
             path = prediction_file(settings.predictions, task, length, settings.parts)
-            rows, sources[f"{task}/{length}"] = read_predictions(path)
+            rows, sources[f"{task}/{length}"] = read_predictions(path, spec)
             for i, row in enumerate(rows[: settings.num_samples]):
                 correct = compare_answers(row["target"], row["output"], row["question"], spec["labels"])
                 records.append({"task": task, "length": length, "id": f"{length}/{i}", "sample": i, **row,
@@ -44,6 +46,11 @@ def score_predictions(settings: Any, specs: dict[str, dict]) -> dict[str, Any]:
     results = babilong_results(records, list(specs), settings.lengths)
     model = {"spec": None, "predictions": settings.predictions}
     data = {"predictions": sources, "prompt_name": settings.parts.name}
+    left = [n for n in held_lengths(settings.predictions, list(specs), settings.parts) if n not in settings.lengths]
+    if left:
+        data["left_out"] = {"lengths": left, "why": "outside --lengths"}
+        note_line(f"--predictions {settings.predictions} also holds files at {', '.join(left)}, not scored: outside "
+                  f"--lengths (pass --lengths {','.join([*settings.lengths, *left])} to score them)")  # fmt: skip
     if settings.samples:
         rows = [{k: v for k, v in r.items() if k != "output"} for r in records]
         data["samples_sha256"] = write_jsonl_atomic(settings.samples, rows)
@@ -76,7 +83,7 @@ def write_all(settings: Any, specs: dict[str, dict], records: list[dict[str, Any
 def prepare_babilong(settings: Any, progress: bool = True) -> list[Path]:
     """--prepare-only: every task and length's instances from BABILong's generator, written in the generator's
     layout under --write-data (FOLDER/qaN/<length>.json) with a manifest (babilong_data.json); no model."""
-    from ..tasks.babilong.generator import generate
+    from ..tasks.babilong.generator import generate, question_positions
     from ..tasks.babilong.spec import load_babilong_task
     from ..tasks.babilong.tokenizer import length_tokenizer
     from ..tasks.data import read_documents, shipped_books
@@ -93,17 +100,22 @@ def prepare_babilong(settings: Any, progress: bool = True) -> list[Path]:
     check_outputs({"--write-data": folder / MANIFEST}, [settings.babi, *settings.background])
     tokenizer = length_tokenizer(settings.length_tokenizer)
     books, sources = read_documents(settings.background or [str(shipped_books())], settings.text_field, "--background")
-    written = []
+    written, counts = [], {}
+    source = ", ".join(settings.background) or "the shipped books"
     total = len(specs) * sum(length_tokens(n) + 1 for n in settings.lengths)
     with ProgressBar("babilong", "tokens", total, 0, progress) as bar:
         for task, spec in specs.items():
             for length in settings.lengths:
                 bar.advance(0, f"{task} {length}")
+                positions = question_positions(task, length, settings.babi_split)
                 records = generate(files[task], [b.text for b in books], tokenizer, length_tokens(length),
-                                   settings.num_samples, settings.seed, spec, settings.clean_up_spaces)  # fmt: skip
+                                   settings.num_samples, settings.seed, spec, settings.clean_up_spaces, positions,
+                                   source)  # fmt: skip
+                counts.setdefault(task, {})[length] = {"instances": len(records), "questions": "published positions"
+                                                       if positions is not None else "file order"}  # fmt: skip
                 written.append(write_instances(folder, task, length, records))
                 bar.advance(length_tokens(length) + 1)
-    manifest = generation_facts(settings, files, sources, tokenizer)
+    manifest = {**generation_facts(settings, files, sources, tokenizer), "sets": counts}
     write_output(folder / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=1).encode()), "--write-data")
     return written
 

@@ -31,13 +31,13 @@ from ..runs.answers import MEMORY, SECONDS, STATE, answer_measured, most, withou
 from ..runs.cost import announce_cost as cost_line
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
-from ..runs.settings import ignored_flag
+from ..runs.settings import ignored_flag, shared_modes
 from ..scoring.answering import Query, Rule, generation_facts
 from ..scoring.chat import BASE, ChatFlags, conversation, render_turns, run_template
-from ..scoring.decoding import GREEDY, Decoding
+from ..scoring.decoding import GREEDY, Decoding, check_temperature
 from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, bos_prefix, encode_pair, prompt_bos, prompt_encoder, score_requests
-from ..tasks.longbench.data import HUB, read_v1, read_v2
+from ..tasks.longbench.data import HUB, present_tasks, read_v1, read_v2
 from ..tasks.longbench.evaluate import fit_prompt, item_seed, newline_id, token_estimates
 from ..tasks.longbench.prompts import truncate_v1, truncate_v2, v1_prompt, v2_prompt
 from ..tasks.longbench.results import v1_results, v2_results
@@ -83,12 +83,15 @@ class LongbenchSettings(ChatFlags, RunSettings):
         **dict.fromkeys(("tasks", "longbench_e", "include_path"), ("v1",)),
         **dict.fromkeys(("protocol", "no_context", "compensated"), ("v2", "v2 official")),
         **dict.fromkeys(("cot", "temperature", "seed"), ("v2 official",)),
+        "max_prompt_tokens": ("v1", "v2 official"),  # loglik reads lm-eval's prompt as lm-eval does: no middle cut
     }  # fmt: skip
     MODE_FLAGS: ClassVar[dict[str, str]] = {"v1": "--version 1", "v2": "--version 2",
                                             "v2 official": "--version 2 --protocol official"}  # fmt: skip
-    SOURCES: ClassVar[dict[str, tuple[str, ...]]] = dict.fromkeys(
-        ("model", "model_args", "max_prompt_tokens", "batch_size", "chat_template", "bos", "cot", "temperature",
-         "seed"), ("--data",))  # fmt: skip
+    SOURCES: ClassVar[dict[str, tuple[str, ...]]] = {
+        **shared_modes(run=("--data",), report=("--data", "--predictions")),
+        **dict.fromkeys(("max_prompt_tokens", "batch_size", "chat_template", "protocol", "no_context", "cot",
+                         "temperature", "seed"), ("--data",)),
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -117,6 +120,7 @@ class LongbenchSettings(ChatFlags, RunSettings):
                 raise fail(f"--{name.replace('_', '-')} must be at least {low}, got {value}")
         if not 0 <= self.temperature <= 10:
             raise fail(f"--temperature must be between 0 and 10, got {self.temperature}", "the official uses 0.1")
+        check_temperature(self.temperature, "--temperature")
         mode = "v1" if self.version == 1 else "v2 official" if self.protocol == "official" else "v2"
         source = "--data" if self.data else "--predictions"
         for table, given in ((self.MODES, mode), (self.SOURCES, source)):
@@ -124,14 +128,23 @@ class LongbenchSettings(ChatFlags, RunSettings):
             if ignored is not None:
                 flag = "--e" if ignored[0] == "longbench_e" else f"--{ignored[0].replace('_', '-')}"
                 where = " or ".join(self.MODE_FLAGS.get(m, m) for m in ignored[1])
-                raise fail(f"{flag} does not apply with {given} (it would be ignored)", f"use it with {where}")
+                named = "--protocol loglik" if given == "v2" else given  # the mode "v2" is loglik's
+                raise fail(f"{flag} does not apply with {named} (it would be ignored)", f"use it with {where}")
         if self.version == 1:
-            self.task_names = parse_tasks(self.tasks, "longbench", self.include_path)
+            self.task_names = self.chosen_tasks()
             if self.longbench_e:
                 plain = [t for t in self.task_names if not load_longbench_task(t, self.include_path)["longbench_e"]]
-                if plain and self.tasks != "all":
+                if plain and self.tasks not in ("all", "present"):
                     raise fail(f"LongBench-E has no {plain[0]}", "ask for LongBench-E's tasks, or drop --e")
                 self.task_names = [t for t in self.task_names if t not in plain]
+
+    def chosen_tasks(self) -> list[str]:
+        """--tasks: names, all, or present (the tasks whose files the --data folder holds; with --predictions, all is
+        already the tasks the folder holds)."""
+        if self.tasks.strip() != "present":
+            return parse_tasks(self.tasks, "longbench", self.include_path)
+        known = parse_tasks("all", "longbench", self.include_path)
+        return known if self.data is None else present_tasks(self.data, known, self.longbench_e)
 
 
 def run_longbench(settings: LongbenchSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
@@ -144,7 +157,7 @@ def run_longbench(settings: LongbenchSettings, progress: bool = True, on_unit=No
     reads = [settings.data if not settings.data.startswith(HUB) else None]
     if settings.version == 1:
         specs = {t: load_longbench_task(t, settings.include_path) for t in settings.task_names}
-        sets = {t: read_v1(settings.data, t, settings.longbench_e) for t in specs}
+        sets = {t: read_v1(settings.data, t, settings.longbench_e, specs[t]["metric"]) for t in specs}
         records = {t: rows[: settings.num_samples] for t, (rows, _) in sets.items()}
         sha = {t: {"sha256": spec_sha256("longbench", t, settings.include_path)} for t in specs}
         data = {"data": settings.data, "sources": {t: src for t, (_, src) in sets.items()}, "tasks": sha}
@@ -184,6 +197,8 @@ def check_model(lm: StreamingLM, settings: LongbenchSettings) -> dict[str, Any]:
                        "leave those tasks out (--tasks), pass a smaller --max-prompt-tokens, or use a model with a "
                        "longer context (--model-args max_context=N)")  # fmt: skip
     limit = "the whole prompt" if lm.max_context is None else "max_context minus the answer's budget and the template"
+    if settings.version == 2 and settings.protocol == "loglik" and lm.max_context is not None:
+        limit = "the last max_context tokens (lm-eval's left truncation)"
     # v1 tokenizes build_chat's text with the tokenizer's special tokens (pred.py); v2's server renders the template
     # and adds none (vLLM's chat completions): only the template's own BOS, unless --bos always
     bos = settings.bos == "always" if settings.version == 2 and template is not None else None

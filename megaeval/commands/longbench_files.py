@@ -4,12 +4,14 @@ score them.
 - v1 (LongBench/eval.py): a folder of `<task>.jsonl` files (pred.py's `pred, answers, all_classes, length` lines);
   every task file the folder holds (or those --tasks names). As eval.py does, a task's `all_classes` is its file's
   last line's. With --e, LongBench-E's buckets by `length`.
-- v2 (result.py): one file of pred.py's lines (`judge, pred, difficulty, length`, ...), JSONL or a JSON list."""
+- v2 (result.py): one file of pred.py's lines (`judge, pred, difficulty, length`, ...), JSONL or a JSON list.
+
+Each line is checked by the rules of its record type (`tasks.longbench.data`), the same the data files get: a line
+that is not what pred.py writes is refused in one line naming the file, the line and the field."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from ..errors import fail
@@ -17,12 +19,10 @@ from ..files import file_sha256, write_json_atomic, write_jsonl_atomic
 from ..metrics.longbench import score_prediction
 from ..runs.report import build_report, environment
 from ..runs.run import check_run_outputs
+from ..tasks.longbench.data import V2_PREDICTION, check_v1_prediction, check_v2_all, v1_folder, v2_file
 from ..tasks.longbench.results import v1_results, v2_results
 from ..tasks.longbench.spec import load_longbench_task
 from ..text import iter_jsonl, read_json
-
-V1_FIELDS = ("pred", "answers", "all_classes")
-V2_FIELDS = ("judge", "pred", "difficulty", "length")
 
 
 def score_predictions(settings: Any) -> dict[str, Any]:
@@ -44,13 +44,11 @@ def score_predictions(settings: Any) -> dict[str, Any]:
 
 
 def _v1(settings: Any) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]:
-    folder = Path(settings.predictions)
-    if not folder.is_dir():
-        raise fail(f"--predictions {folder}: no such folder", "pass the folder of pred.py's <task>.jsonl files")
+    folder = v1_folder(settings.predictions, "--predictions")
     present = [t for t in settings.task_names if (folder / f"{t}.jsonl").is_file()]
-    if settings.tasks != "all" and len(present) < len(settings.task_names):
+    if settings.tasks not in ("all", "present") and len(present) < len(settings.task_names):
         missing = next(t for t in settings.task_names if t not in present)
-        raise fail(f"--predictions {folder} holds no {missing}.jsonl", "ask for --tasks it holds")
+        raise fail(f"--predictions {folder} holds no {missing}.jsonl", "ask for --tasks it holds (or --tasks present)")
     if not present:
         raise fail(f"--predictions {folder} holds no LongBench prediction file (<task>.jsonl)",
                    "pass the folder pred.py wrote (pred/<model>/ or pred_e/<model>/)")  # fmt: skip
@@ -62,15 +60,7 @@ def _v1(settings: Any) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]
         if not rows:
             raise fail(f"{path} holds no predictions", "pass the files pred.py wrote")
         for n, row in rows:
-            where = f"{path} line {n}"
-            if not isinstance(row, dict) or any(f not in row for f in V1_FIELDS):
-                lacking = next(f for f in V1_FIELDS if not isinstance(row, dict) or f not in row)
-                raise fail(f"{where} lacks `{lacking}`", "pass pred.py's lines (pred, answers, all_classes, length)")
-            if not isinstance(row["pred"], str) or not isinstance(row["answers"], list):
-                raise fail(f"{where}: `pred` must be text and `answers` a list", "pass pred.py's lines")
-            if settings.longbench_e and not isinstance(row.get("length"), int):
-                raise fail(f"{where} has no whole-number `length`; LongBench-E's buckets need it",
-                           "pass pred_e/ files, or drop --e")  # fmt: skip
+            check_v1_prediction(row, f"{path} line {n}", spec["metric"], settings.longbench_e)
         classes = rows[-1][1]["all_classes"]  # eval.py keeps the last line's
         for i, (_, row) in enumerate(rows):
             score = score_prediction(spec["metric"], row["pred"], row["answers"], classes, spec["first_line"])
@@ -81,9 +71,7 @@ def _v1(settings: Any) -> tuple[list[dict[str, Any]], dict[str, Any], list[str]]
 
 
 def _v2(settings: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    path = Path(settings.predictions)
-    if not path.is_file():
-        raise fail(f"--predictions {path}: no such file", "pass the .jsonl file v2's pred.py wrote")
+    path = v2_file(settings.predictions, "--predictions")
     try:
         rows = read_json(path, "prediction file")
         numbered = [(f"{path} item {i + 1}", r) for i, r in enumerate(rows)] if isinstance(rows, list) else None
@@ -94,13 +82,7 @@ def _v2(settings: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     numbered = numbered[: settings.num_samples]
     if not numbered:
         raise fail(f"{path} holds no predictions", "pass the file pred.py wrote")
-    records = []
-    for where, row in numbered:
-        if not isinstance(row, dict) or any(f not in row for f in V2_FIELDS):
-            if isinstance(row, dict) and "answers" in row:
-                raise fail(f"{where} is a LongBench v1 prediction (pred, answers)", "score it with --version 1")
-            lacking = next(f for f in V2_FIELDS if not isinstance(row, dict) or f not in row)
-            raise fail(f"{where} lacks `{lacking}`", "pass v2 pred.py's lines (judge, pred, difficulty, length)")
-        records.append({"task": row.get("domain", "longbench_v2"), "id": row.get("_id", where), **row,
-                        "score": float(bool(row["judge"]))})  # fmt: skip
+    rows = check_v2_all(numbered, V2_PREDICTION)  # judge true or false, each _id once: a line counts once
+    records = [{"task": row.get("domain", "longbench_v2"), "id": row["_id"], **row, "score": float(row["judge"])}
+               for row in rows]  # fmt: skip
     return records, {"path": str(path), "sha256": file_sha256(path)}

@@ -24,7 +24,7 @@ from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.cost import announce_cost as cost_line
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
-from ..runs.settings import ignored_flag
+from ..runs.settings import ignored_flag, shared_modes
 from ..scoring.answering import Query, Rule, chat_messages, generation_facts
 from ..scoring.chat import ChatFlags, run_template
 from ..scoring.generate import parse_batch_size
@@ -101,8 +101,9 @@ class RulerSettings(ChatFlags, RunSettings):
     MODES: ClassVar[dict[str, tuple[str, ...]]] = {
         "tokenizer": (PREPARE,),
         **dict.fromkeys(("write_data", "seed", "essays", "qa_data", "english_words"), (PREPARE, GENERATE)),
-        **dict.fromkeys(("samples", "chat_template", "system_instruction", "bos", "threshold", "batch_size", "resume",
-                         "out", "device", "dtype", "kernels", "chunk_parallel", "dist_timeout"), (GENERATE, DATA)),
+        **dict.fromkeys(("chat_template", "system_instruction", "threshold", "batch_size"), (GENERATE, DATA)),
+        **{flag: modes for flag, modes in shared_modes(run=(GENERATE, DATA), report=(GENERATE, DATA)).items()
+           if flag not in ("model", "model_args")},  # --prepare-only counts tokens with --model's tokenizer
     }  # fmt: skip
     # flag -> (what a task must read for it to apply, whether a task file reads it)
     READERS: ClassVar[dict[str, tuple[str, Any]]] = {

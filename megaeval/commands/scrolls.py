@@ -47,6 +47,7 @@ from ..runs.answers import most
 from ..runs.memory import PeakMemory
 from ..runs.report import build_report, environment
 from ..runs.run import check_run_outputs
+from ..runs.settings import ignored_flag, shared_modes
 from ..scoring.chat import ChatFlags, chat_bos, run_template
 from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy, resolve_bos
@@ -85,6 +86,13 @@ class ScrollsSettings(ChatFlags, RunSettings):
     samples: str | None = None
 
     OUTPUT_FLAGS: ClassVar[tuple[str, ...]] = (*RunSettings.OUTPUT_FLAGS, "batch_size")  # never changes a number
+    # flag -> the modes it applies to: a model's run, or --predictions (scoring a file); `run_scrolls` refuses
+    # --model, --chat-template and --no-share-documents with --predictions in words of their own first
+    MODES: ClassVar[dict[str, tuple[str, ...]]] = {
+        **shared_modes(run=("a model's run",), report=("a model's run", "--predictions")),
+        **dict.fromkeys(("shots", "seed", "template", "max_new_tokens", "stop", "truncation", "batch_size"),
+                        ("a model's run",)),
+    }  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -108,6 +116,11 @@ def run_scrolls(settings: ScrollsSettings, progress: bool = True, on_unit=None) 
         raise fail(f"--predictions scores the predictions in {settings.predictions} without reading documents, so "
                    "--no-share-documents would be ignored",
                    "drop --no-share-documents, or drop --predictions")  # fmt: skip
+    ignored = ignored_flag(settings, settings.MODES, "--predictions") if settings.predictions is not None else None
+    if ignored is not None:
+        flag = "--" + ignored[0].replace("_", "-")
+        raise fail(f"--predictions scores the predictions in {settings.predictions} without a model, so {flag} would "
+                   "be ignored", f"drop {flag}, or drop --predictions")  # fmt: skip
     if settings.truncation not in TRUNCATIONS:
         raise fail(f"unknown --truncation {settings.truncation!r}", f"use {', '.join(TRUNCATIONS)}")
     if settings.limit is not None and settings.limit < 1:

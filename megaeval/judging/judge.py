@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import fail
 from ..scoring.answering import Answerer, Query, Rule
 from ..scoring.chat import ChatTemplate, chat_bos, select_template
-from ..scoring.decoding import GREEDY, Decoding
+from ..scoring.decoding import GREEDY, Decoding, check_temperature
 from ..text import iter_jsonl
 from .parse import rating, verdict
 from .prompts import JudgePrompt
@@ -32,6 +32,7 @@ class JudgeSettings:
         if not (self.temperature >= 0 and self.max_tokens >= 1):
             raise fail(f"bad judge settings (temperature {self.temperature}, max_tokens {self.max_tokens})",
                        "use a temperature of 0 or more and at least one token")  # fmt: skip
+        check_temperature(self.temperature, "judge temperature")
 
 
 @dataclass(frozen=True)

@@ -132,8 +132,9 @@ def _retrieval(pattern: str) -> Callable[[str, str, list[str] | None], float]:
     return score
 
 
-retrieval = _retrieval(r"Paragraph (\d+)")
-retrieval_zh = _retrieval(r"段落(\d+)")
+PARAGRAPH = {"retrieval": r"Paragraph (\d+)", "retrieval_zh": r"段落(\d+)"}  # what a retrieval answer names
+retrieval = _retrieval(PARAGRAPH["retrieval"])
+retrieval_zh = _retrieval(PARAGRAPH["retrieval_zh"])
 
 
 def fuzz_ratio(a: str | None, b: str | None) -> int:
@@ -260,6 +261,18 @@ METRICS: dict[str, Callable[[str, str, list[str] | None], float]] = {
 }  # fmt: skip
 
 
+def unscorable(metric: str, answers: list[str], all_classes: list[str] | None) -> str | None:
+    """Why `metric` could not score an item with these references (the official fails, or scores every
+    prediction 0), or None: a classification item needs its task's class names, a retrieval answer its paragraph."""
+    if metric == "classification" and not all_classes:
+        return f"`all_classes` is {all_classes!r}; the classification metric needs the task's class names"
+    if metric in PARAGRAPH:
+        bad = next((a for a in answers if not re.search(PARAGRAPH[metric], a)), None)
+        if bad is not None:
+            return f"the answer {bad!r:.60} names no paragraph ({PARAGRAPH[metric]}); {metric} scores by its number"
+    return None
+
+
 def score_prediction(
     metric: str, prediction: str, answers: list[str], all_classes: list[str] | None, first_line: bool
 ) -> float:
@@ -286,12 +299,15 @@ def task_score(scores: list[float]) -> float:
     return round(100 * total / len(scores), 2)
 
 
+BUCKETS = ("0-4k", "4-8k", "8k+")  # LongBench-E's length buckets (words; characters in Chinese)
+
+
 def length_buckets(scores: list[float], lengths: list[int]) -> dict[str, float | None]:
     """LongBench-E's figures (eval.py `scorer_e`): round(100 * np.mean, 2) over items of length < 4000, < 8000 and
     the rest. An empty bucket is None here (NaN in the official)."""
     if len(scores) != len(lengths):
         raise fail(f"{len(scores)} LongBench scores but {len(lengths)} lengths", "give one length per score")
-    buckets: dict[str, list[float]] = {"0-4k": [], "4-8k": [], "8k+": []}
+    buckets: dict[str, list[float]] = {b: [] for b in BUCKETS}
     for score, length in zip(scores, lengths, strict=True):
         buckets["0-4k" if length < 4000 else "4-8k" if length < 8000 else "8k+"].append(score)
     # round() of numpy's float64 (numpy's rounding) of numpy's pairwise mean, exactly as the official
@@ -302,14 +318,30 @@ def leaderboard(task_scores: dict[str, float]) -> dict[str, dict[str, float | No
     """The README leaderboard: per language, each category's mean over its present tasks of that language (code
     tasks count for both), and "Avg", the mean of the present categories; None where nothing is present."""
     out: dict[str, dict[str, float | None]] = {}
-    for language, is_zh in (("English", False), ("Chinese", True)):
+    for language in LANGUAGES:
         row: dict[str, float | None] = {}
-        for category, tasks in GROUPS.items():
-            mine = [task_scores[t] for t in tasks if t in task_scores and (t in CODE_TASKS or (t in ZH_TASKS) == is_zh)]
+        for category in GROUPS:
+            mine = [task_scores[t] for t in category_tasks(language, category) if t in task_scores]
             row[category] = sum(mine) / len(mine) if mine else None
         present = [v for v in row.values() if v is not None]
         out[language] = {"Avg": sum(present) / len(present) if present else None, **row}
     return out
+
+
+LANGUAGES = ("English", "Chinese")
+
+
+def category_tasks(language: str, category: str) -> list[str]:
+    """The tasks of a leaderboard category in a language's row (code tasks count for both)."""
+    return [t for t in GROUPS[category] if t in CODE_TASKS or (t in ZH_TASKS) == (language == "Chinese")]
+
+
+def leaderboard_missing(tasks: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Per language, each leaderboard category that lacks some of its tasks (`tasks`: those scored), with the tasks
+    it lacks: its mean, and the language's "Avg", are over part of LongBench only."""
+    return {language: {category: missing for category in GROUPS
+                       if (missing := [t for t in category_tasks(language, category) if t not in tasks])}
+            for language in LANGUAGES}  # fmt: skip
 
 
 _ANSWER_PAREN = re.compile(r"The correct answer is \(([A-D])\)")

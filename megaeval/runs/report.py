@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..errors import fail
+from ..errors import MegaevalError, fail
 from ..text import read_json
 
 SCHEMA_VERSION = 1
@@ -279,38 +279,13 @@ def _check_babilong(results: dict[str, Any], path: Path, fix: str) -> None:
 
 
 def _check_longbench(results: dict[str, Any], path: Path, fix: str) -> None:
-    """A longbench report's tables, as `report` reads them: v1's task scores (LongBench-E's buckets, or the
-    leaderboard), v2's figures."""
-    broken = f"{path} is not a complete megaeval report"
-    version = results.get("version")
-    if version == 2:
-        figures = results.get("figures")
-        names = ("overall", "easy", "hard", "short", "medium", "long")
-        if figures is not None and not (isinstance(figures, dict) and all(
-                figures.get(n) is None or _number(figures.get(n)) for n in names)):  # fmt: skip
-            raise fail(f"{broken}: results.figures is malformed", fix)
-        for key in ("n", "answered", "truncated"):
-            if not _number(results.get(key)):
-                raise fail(f"{broken}: results.{key} is missing", fix)
-        if not isinstance(results.get("protocol"), str) or not isinstance(results.get("compensated"), bool):
-            raise fail(f"{broken}: results.protocol or results.compensated is missing", fix)
-        return
-    if version != 1:
-        raise fail(f"{broken}: results.version is {version!r}, not 1 or 2", fix)
-    tasks = results.get("tasks")
-    if not isinstance(tasks, dict) or not tasks:
-        raise fail(f"{broken}: results.tasks is missing or empty", fix)
-    e = results.get("longbench_e")
-    for task, row in tasks.items():
-        if not (isinstance(row, dict) and _number(row.get("score")) and _number(row.get("n"))
-                and _number(row.get("truncated")) and isinstance(row.get("metric"), str)):  # fmt: skip
-            raise fail(f"{broken}: results.tasks.{task} lacks its score, n, metric or truncated count", fix)
-        if e and not (isinstance(row.get("buckets"), dict) and all(
-                v is None or _number(v) for v in row["buckets"].values())):  # fmt: skip
-            raise fail(f"{broken}: results.tasks.{task}.buckets is malformed", fix)
-    table = results.get("buckets") if e else results.get("leaderboard")
-    if not isinstance(table, dict) or not table:
-        raise fail(f"{broken}: results.{'buckets' if e else 'leaderboard'} is missing or malformed", fix)
+    """A longbench report's tables, read as `report` reads them (tasks.longbench.tables: one description)."""
+    from ..tasks.longbench.tables import longbench_parts  # imports nothing of runs/: no circle
+
+    try:
+        longbench_parts(results)
+    except MegaevalError as e:
+        raise MegaevalError(f"{path} is not a complete megaeval report: {e}") from None  # e names the fix
 
 
 def _number(value: Any) -> bool:

@@ -61,13 +61,26 @@ class RunSettings:
 
 Modes = tuple[str, ...]
 
+# The shared blocks' flags that only a run of a model reads (MODEL, CHAT's --bos, RUN, --resume), and those that only
+# a mode writing a report reads (--out, --samples): a mode that runs no model (scoring prediction files, preparing
+# data) or writes no report would ignore them, so every command's mode table gives them the modes that read them.
+RUN_FLAGS: Modes = ("model", "model_args", "device", "dtype", "kernels", "bos", "chunk_parallel", "dist_timeout",
+                    "resume")  # fmt: skip
+REPORT_FLAGS: Modes = ("out", "samples")
+
+
+def shared_modes(run: Modes, report: Modes) -> dict[str, Modes]:
+    """Mode-table rows for the shared blocks' flags: RUN_FLAGS apply to the modes in `run` (those that run a model),
+    REPORT_FLAGS to those in `report` (those that write a report)."""
+    return {**dict.fromkeys(RUN_FLAGS, run), **dict.fromkeys(REPORT_FLAGS, report)}
+
 
 def ignored_flag(settings: Any, table: dict[str, Modes], mode: str | None) -> tuple[str, Modes] | None:
     """The first flag of `table` (a settings field -> the modes it applies to) given for a `mode` it does not apply
     to, with its modes (None: none): a flag counts as given when its value differs from its field's default."""
     defaults = {f.name: f.default_factory() if f.default is MISSING else f.default
                 for f in fields(settings) if f.name in table}  # fmt: skip
-    for name, modes in table.items():
-        if mode not in modes and getattr(settings, name) != defaults[name]:
+    for name, modes in table.items():  # a shared row for a block the command lacks (no --bos) is skipped
+        if name in defaults and mode not in modes and getattr(settings, name) != defaults[name]:
             return name, modes
     return None

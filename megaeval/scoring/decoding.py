@@ -28,6 +28,22 @@ class Generation:
         return len(self.tokens) if self.served is None else int(self.served.get("completion_tokens") or 0)
 
 
+# Sampling divides float32 logits by the temperature: below float32's smallest normal number the temperature itself is
+# not held (1e-46 is 0 in float32), so that is the smallest temperature a run can sample at.
+MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
+
+
+def check_temperature(temperature: float, flag: str = "temperature") -> float:
+    """A sampling temperature checked before any work: 0 (greedy), or a finite number float32 sampling can divide by
+    (at least MIN_TEMPERATURE)."""
+    if not (temperature >= 0 and np.isfinite(temperature)):
+        raise fail(f"bad {flag} {temperature!r}", "pass 0 (greedy) or a positive finite temperature")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise fail(f"{flag} {temperature:g} is below {MIN_TEMPERATURE:.4g}, the smallest temperature float32 sampling "
+                   "can divide by", f"pass 0 for greedy decoding, or at least {MIN_TEMPERATURE:.4g}")  # fmt: skip
+    return temperature
+
+
 @dataclass(frozen=True)
 class Decoding:
     """How a continuation's tokens are chosen, beyond greedy decoding to EOS, stop strings or the length limit.
@@ -45,8 +61,7 @@ class Decoding:
     min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0 and np.isfinite(self.temperature)):
-            raise fail(f"bad temperature {self.temperature!r}", "pass 0 (greedy) or a positive finite temperature")
+        check_temperature(self.temperature)
         if self.temperature > 0 and self.seeds is None:
             raise fail(f"sampling at temperature {self.temperature} without seeds", "pass one seed per prompt")
         if self.min_new_tokens < 0:
@@ -88,7 +103,11 @@ class Row:
             logits[barred] = -torch.inf
         if decoding.temperature == 0:
             return int(torch.argmax(logits))
-        probs = torch.softmax(logits.detach().to("cpu", torch.float32) / decoding.temperature, -1)
+        logits = logits.detach().to("cpu", torch.float32)
+        scaled = logits / decoding.temperature
+        if torch.isposinf(scaled).any():  # a tiny temperature overflows: the same distribution, the largest logit 0
+            scaled = (logits - logits.max()) / decoding.temperature
+        probs = torch.softmax(scaled, -1)
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
 

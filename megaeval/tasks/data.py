@@ -13,8 +13,8 @@ from typing import Any
 
 from ..data_prep.book_sources import open_source, read_book
 from ..errors import fail
-from ..files import file_sha256
-from ..text import CONVERT, check_text, iter_jsonl, read_text
+from ..files import dataset_files_sha256, file_sha256
+from ..text import check_text, iter_jsonl, read_parquet, read_text
 
 SUFFIXES = (".jsonl", ".parquet", ".csv")
 
@@ -29,19 +29,7 @@ def read_rows(path: str | Path) -> list[Any]:
         return [row for _, row in iter_jsonl(path)]
     if path.suffix == ".csv":
         return check_text(list(csv.DictReader(io.StringIO(read_text(path), newline=""))), str(path))
-    try:
-        import pyarrow.parquet as pq
-
-        return check_text(pq.read_table(path).to_pylist(), str(path))
-    except UnicodeDecodeError as e:
-        raise fail(f"{path} holds text that is not UTF-8 ({e.reason})", CONVERT) from None
-    except OSError as e:
-        raise fail(f"cannot read {path}: {e.strerror or e}", "check that the file exists and is readable") from None
-    except Exception as e:  # pyarrow's errors for a corrupt or truncated parquet file
-        if type(e).__module__.startswith("pyarrow"):
-            raise fail(f"{path} is not a readable parquet file ({' '.join(str(e).split())[:120]})",
-                       "re-export the data") from None  # fmt: skip
-        raise
+    return read_parquet(path, fix="re-export the data")
 
 
 def shipped_books() -> Path:
@@ -87,7 +75,8 @@ def load_split(task: str, split: str, data_dir: str | Path | None, hub: dict[str
             f"cannot load {name} ({config or 'default'}, {split}) from the hub: {reason}",
             f"without network, pass --data-dir DIR with DIR/{task}/{split}.jsonl",
         ) from None
-    source = {"hub": name, "config": config, "revision": revision, "fingerprint": rows._fingerprint}
+    source = {"hub": name, "config": config, "revision": revision, "fingerprint": rows._fingerprint,
+              "sha256": dataset_files_sha256(rows)}  # fmt: skip
     return list(rows), source
 
 

@@ -180,6 +180,15 @@ def test_leaderboard_by_hand():
     assert lb.leaderboard({})["Chinese"]["Avg"] is None
 
 
+def test_leaderboard_missing_names_what_each_category_lacks():
+    every = [t for tasks in lb.GROUPS.values() for t in tasks]
+    assert lb.leaderboard_missing(every) == {"English": {}, "Chinese": {}}
+    missing = lb.leaderboard_missing(["narrativeqa", "qasper", "multifieldqa_en", "lcc"])
+    assert "Single-Doc QA" not in missing["English"] and missing["English"]["Code Completion"] == ["repobench-p"]
+    assert missing["Chinese"]["Single-Doc QA"] == ["multifieldqa_zh"]  # lcc alone in the Chinese row: incomplete
+    assert missing["Chinese"]["Synthetic Tasks"] == ["passage_retrieval_zh"]
+
+
 def test_hand_computed_values():
     # "the cat sat" -> "cat sat"; "a cat sat down" -> "cat sat down": 2 common, P = 2/2, R = 2/3,
     # F1 = 2 * 1 * (2/3) / (1 + 2/3) = (4/3) / (5/3) = 0.8

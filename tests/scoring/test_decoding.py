@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from megaeval import MegaevalError, load_model
-from megaeval.scoring.decoding import Decoding
+from megaeval.scoring.decoding import MIN_TEMPERATURE, Decoding, Row
 from megaeval.scoring.generate import decode_rows, generate_branches, greedy_generate, read
 
 MODELS = ["embedded:transformer-tiny", "embedded:megalodon-tiny"]  # a KV cache, and MEGALODON (with its decoder)
@@ -159,3 +159,18 @@ def test_bad_decodings_are_refused(models):
         generate_branches(lm, prompts_for(lm)[:3], lm.init_state(1), 2, decoding=Decoding(1.0, (1, 2)))
     with pytest.raises(MegaevalError, match="no sampling seed for prompt 3"):
         decode(lm, prompts_for(lm)[:3], 2, 2, Decoding(1.0, (1, 2)))
+
+
+def test_the_smallest_temperature_float32_holds_draws_the_argmax():
+    """At MIN_TEMPERATURE a logit over about 4 overflows when divided: the draw is taken with the largest logit at 0
+    (the same distribution), and is the argmax; a barred (-inf) token stays barred."""
+    logits = torch.tensor([1.0, 30.0, 3.0, -5.0, -torch.inf])
+    for seed in range(5):
+        assert Row(0, [], Decoding(MIN_TEMPERATURE, (seed,))).choose(None, logits) == 1
+        assert Row(0, [], Decoding(MIN_TEMPERATURE, (seed,))).choose(None, torch.tensor([2.0, 1.0])) == 0
+
+
+@pytest.mark.parametrize("temperature", [1e-42, 1e-300, MIN_TEMPERATURE / 2])
+def test_a_temperature_float32_sampling_cannot_divide_by_is_refused(temperature):
+    with pytest.raises(MegaevalError, match=r"^temperature .* is below 1\.175e-38, the smallest temperature float32"):
+        Decoding(temperature=temperature, seeds=(1,))

@@ -10,6 +10,7 @@ from typing import Any
 from ...errors import fail
 from ...runs.report import TASK_SUMMARIES, load_report
 from ...tables import format_length, format_value, render_table, report_label, unique_labels
+from ...tasks.longbench.tables import longbench_parts
 
 SWEEP_METRICS = ("ppl", "longppl", "n_key_tokens", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second",
                  "peak_memory_bytes", "model_flops_per_token", "achieved_tflops", "mfu")  # fmt: skip
@@ -175,31 +176,6 @@ def longbench_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str 
     if fmt == "csv":
         return render_table(["model", "table", "row", "values"], [r[:3] + [" ".join(r[3:])] for r in csv_rows], fmt)
     return "".join(out)
-
-
-def longbench_parts(res: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """A LongBench report's tables as (title, header, rows): what the terminal and the HTML page show."""
-    if res["version"] == 2:
-        figures = res["figures"] or {}
-        names = ("overall", "easy", "hard", "short", "medium", "long")
-        how = "compensated, " if res["compensated"] else ""
-        title = (f"LongBench v2 ({res['protocol']} protocol, {how}{res['answered']} of {res['n']} items answered, "
-                 f"{res['truncated']} prompts cut)")  # fmt: skip
-        row = ["accuracy", *(_percent(figures.get(n)) for n in names)]
-        return [(title, ["", *(n.capitalize() for n in names)], [row])]
-    tasks = res["tasks"]
-    if res["longbench_e"]:
-        buckets = list(res["buckets"])
-        rows = [[t, *(_score(v["buckets"][b]) for b in buckets), _score(v["score"])] for t, v in tasks.items()]
-        rows.append(["average", *(_score(res["buckets"][b]) for b in buckets), ""])
-        return [("LongBench-E by length (words; characters in Chinese)", ["task", *buckets, "all"], rows)]
-    rows = [[t, v["metric"], _score(v["score"]), str(v["n"]), str(v["truncated"])] for t, v in tasks.items()]
-    parts = [("LongBench (eval.py scores)", ["task", "metric", "score", "n", "prompts cut"], rows)]
-    board = res["leaderboard"]
-    categories = [c for c in next(iter(board.values())) if c != "Avg"]
-    rows = [[language, *(_percent(cells.get(c)) for c in ["Avg", *categories])] for language, cells in board.items()]
-    parts.append(("LongBench leaderboard (category means)", ["", "Avg", *categories], rows))
-    return parts
 
 
 def _percent(value: float | None) -> str:

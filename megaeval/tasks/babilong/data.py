@@ -16,57 +16,73 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import fail
-from ...files import file_sha256, write_output
-from ...text import read_json
+from ...files import dataset_files_sha256, file_sha256, write_output
+from ...text import ParquetRows, read_json
 from ..data import read_rows
+from .spec import length_tokens
 
 FIELDS = ("input", "question", "target")
 HUB = "hub:"
+# An instance's input may hold at most this many characters per token of its set's length (BABILong's sampler reads
+# at most 10 characters per token it wants; English prose in GPT-2 tokens averages under 5), the 0k set (a story's
+# facts alone, no background) counted as ZERO_K_TOKENS: an instance past that belongs to a longer set.
+CHARS_PER_TOKEN = 10
+ZERO_K_TOKENS = 4000
 
 
 class Instances:
     """One (task, length)'s instances, read when first asked for (and dropped again by `release`); `source` says
     where they come from (path and sha256, or the hub's name and fingerprint)."""
 
-    def __init__(self, load: Callable[[], Any] | None, parquet: Path | None, source: dict[str, Any], where: str):
+    def __init__(self, load: Callable[[], Any] | None, parquet: Path | None, source: dict[str, Any], where: str,
+                 length: str | None = None, spec: dict[str, Any] | None = None):  # fmt: skip
         self._load, self._parquet, self.source, self.where = load, parquet, source, where
+        self.length, self.spec = length, spec
         self._rows: Any = None
-        self._group: tuple[int, list[dict]] | None = None
-        self._starts: list[int] | None = None
 
     def _ready(self) -> None:
-        if self._parquet is not None and self._starts is None:
-            import pyarrow.parquet as pq
-
-            try:
-                self._file = pq.ParquetFile(self._parquet)
-            except Exception as e:  # pyarrow's errors for a corrupt file
-                raise fail(f"{self._parquet} is not a readable parquet file ({' '.join(str(e).split())[:120]})",
-                           "download the set again") from None  # fmt: skip
-            sizes = [self._file.metadata.row_group(g).num_rows for g in range(self._file.num_row_groups)]
-            self._starts = [sum(sizes[:g]) for g in range(len(sizes) + 1)]
-        elif self._parquet is None and self._rows is None:
+        if self._rows is not None:
+            return
+        if self._parquet is None:
             self._rows = self._load()
+            return
+        self._rows = ParquetRows(self._parquet, list(FIELDS), fix="download the set again")
+        missing = [f for f in FIELDS if f not in self._rows.names]
+        if missing:
+            raise fail(f"{self._parquet} has no `{missing[0]}` column",
+                       "pass BABILong's sets (records of input, question, target)")  # fmt: skip
 
     def __len__(self) -> int:
         self._ready()
-        return len(self._rows) if self._parquet is None else self._starts[-1]
+        return len(self._rows)
 
     def __getitem__(self, index: int) -> dict[str, str]:
         self._ready()
+        where = f"{self.where} instance {index}"
+        row = self._rows[index]
+        record = checked(row, where) if self.spec is None else check_instance(row, self.spec, where)
+        if self.length is not None:
+            check_size(record, self.length, where)
+        return record
+
+    def check_all(self) -> None:
+        """Check every instance before any work (each read once, nothing kept); of a parquet file only the
+        questions and targets, a few rows at a time (its inputs, 40 MB each at 10M, are checked when read)."""
         if self._parquet is None:
-            row = self._rows[index]
-        else:
-            group = next(g for g in range(len(self._starts) - 1) if self._starts[g] <= index < self._starts[g + 1])
-            if self._group is None or self._group[0] != group:
-                self._group = None
-                self._group = (group, self._file.read_row_group(group, columns=list(FIELDS)).to_pylist())
-            row = self._group[1][index - self._starts[group]]
-        return checked(row, f"{self.where} instance {index}")
+            for index in range(len(self)):
+                self[index]
+            self.release()
+            return
+        self._ready()
+        for index, row in enumerate(ParquetRows(self._parquet, ["question", "target"], fix="download the set again")):
+            where = f"{self.where} instance {index}"
+            record = checked({**row, "input": ""}, where)
+            if self.spec is not None:
+                check_target(record["target"], record["question"], self.spec, where)
 
     def release(self) -> None:
         """Drop what was read (it is read again when asked for)."""
-        self._rows = self._group = None
+        self._rows = None
 
 
 def checked(row: Any, where: str) -> dict[str, str]:
@@ -80,32 +96,93 @@ def checked(row: Any, where: str) -> dict[str, str]:
     return {field: row[field] for field in FIELDS}
 
 
-def read_instances(data: str, task: str, length: str) -> Instances:
-    """The instances of `task` at `length` in `data` (a folder in one of the layouts, or hub:NAME)."""
+def check_instance(row: Any, spec: dict[str, Any], where: str) -> dict[str, str]:
+    """An instance (or a prediction file's row: the same check) whose question is a text and whose target is one of
+    the task's labels (qa8's lists: each item one), or one line naming what is wrong."""
+    record = checked(row, where)
+    check_target(record["target"], record["question"], spec, where)
+    return record
+
+
+def check_target(target: str, question: str, spec: dict[str, Any], where: str) -> None:
+    """Refuse an empty question, and a target that is empty or none of the task's labels (an empty target is in
+    every answer; a target no label names can never be found right)."""
+    fix = f"pass {spec['task']}'s own instances (its labels: {', '.join(spec['labels'])})"
+    if not question.strip():
+        raise fail(f"{where}: the question is empty", fix)
+    if not target.strip():
+        raise fail(f"{where}: the target is empty", fix)
+    lowered = target.lower()
+    labels = {label.lower() for label in spec["labels"]}
+    parts = lowered.split(",") if "," in lowered and len(lowered) > 3 else [lowered]  # as compare_answers splits
+    if not all(part in labels for part in parts):
+        raise fail(f"{where}: the target {target!r:.40} is none of {spec['task']}'s labels", fix)
+
+
+def check_size(record: dict[str, str], length: str, where: str) -> None:
+    """Refuse an instance far longer than its set's length can hold (one of a longer set, filed under this one)."""
+    tokens = length_tokens(length) or ZERO_K_TOKENS
+    limit, size = CHARS_PER_TOKEN * tokens, len(record["input"])
+    if size > limit:
+        what = "a story's facts alone" if not length_tokens(length) else f"{length}'s {tokens:,} tokens"
+        raise fail(f"{where}: its input is {size:,} characters, {size / limit:,.0f} times what a {length} instance "
+                   f"can hold (at most {limit:,}: {CHARS_PER_TOKEN} per token of {what}); it belongs to a longer set",
+                   "put each instance under the length it was made for")  # fmt: skip
+
+
+def read_instances(data: str, task: str, length: str, spec: dict[str, Any] | None = None) -> Instances:
+    """The instances of `task` at `length` in `data` (a folder in one of the layouts, or hub:NAME), each checked
+    when read (against `spec`'s labels when given, and against the length); a set found in two layouts is
+    refused."""
     if data.startswith(HUB):
-        return _hub(data.removeprefix(HUB), task, length)
+        instances = _hub(data.removeprefix(HUB), task, length)
+    else:
+        instances = _local(data, task, length)
+    instances.length, instances.spec = length, spec
+    return instances
+
+
+def _local(data: str, task: str, length: str) -> Instances:
     root = Path(data)
     if not root.is_dir():
         raise fail(f"--data {data}: no such folder", "pass a folder of BABILong's sets, or hub:RMT-team/babilong")
-    for base in (root, root / "data"):
-        for path in (base / task / f"{length}.json", base / task / f"{length}.jsonl"):
-            if path.is_file():
-                return Instances(lambda path=path: _rows(path), None, _file_source(path), str(path))
-        config = base / length
-        if (config / "dataset_dict.json").is_file():
-            return _saved(config, task, data)
-        found = sorted(config.glob(f"{task}.*")) + sorted(config.glob(f"{task}-*.parquet"))
-        found = [p for p in found if p.suffix in (".json", ".jsonl", ".parquet")]
-        if len(found) > 1 and all(p.suffix == ".parquet" for p in found):
-            raise fail(f"--data {data}: {task} at {length} is split over {len(found)} parquet files",
-                       "join them into one file, or load the set with hub:NAME")  # fmt: skip
-        if found:
-            path = found[0]
-            if path.suffix == ".parquet":
-                return Instances(None, path, _file_source(path), str(path))
-            return Instances(lambda path=path: _rows(path), None, _file_source(path), str(path))
-    raise fail(f"--data {data} holds no {task} at {length}; it holds {holdings(root)}",
-               "ask for --tasks and --lengths the folder has, or pass the folder of that set")  # fmt: skip
+    found = [c for base in (root, root / "data") for c in _candidates(base, task, length)]
+    if len(found) > 1:
+        raise fail(f"--data {data} holds {task} at {length} twice: {found[0]} and {found[1]}",
+                   "keep one of them (they would be read as one set, the other ignored)")  # fmt: skip
+    if not found:
+        raise fail(f"--data {data} holds no {task} at {length}; it holds {holdings(root)}",
+                   "ask for --tasks and --lengths the folder has, or pass the folder of that set")  # fmt: skip
+    path = found[0]
+    if path.name == "dataset_dict.json":
+        return _saved(path.parent, task, data)
+    if path.suffix == ".parquet":
+        return Instances(None, path, _file_source(path), str(path))
+    return Instances(lambda: _rows(path), None, _file_source(path), str(path))
+
+
+def _candidates(base: Path, task: str, length: str) -> list[Path]:
+    """Every file under `base` that holds `task` at `length`, in any layout (a save_to_disk folder by its
+    dataset_dict.json, when it lists the task's split)."""
+    found = [p for p in (base / task / f"{length}.json", base / task / f"{length}.jsonl") if p.is_file()]
+    config = base / length
+    saved = config / "dataset_dict.json"
+    if saved.is_file() and task in (_splits(saved) or [task]):  # an unreadable one: refused when read
+        found.append(saved)
+    files = sorted(config.glob(f"{task}.*")) + sorted(config.glob(f"{task}-*.parquet"))
+    files = [p for p in files if p.suffix in (".json", ".jsonl", ".parquet") and p.is_file()]
+    if len(files) > 1 and all(p.suffix == ".parquet" for p in files):
+        raise fail(f"--data {base}: {task} at {length} is split over {len(files)} parquet files",
+                   "join them into one file, or load the set with hub:NAME")  # fmt: skip
+    return found + files
+
+
+def _splits(path: Path) -> list[str] | None:
+    try:
+        splits = json.loads(path.read_text(encoding="utf-8")).get("splits")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return splits if isinstance(splits, list) else None
 
 
 def holdings(root: Path) -> str:
@@ -157,7 +234,8 @@ def _saved(config: Path, task: str, data: str) -> Instances:
         raise fail(f"--data {data}: {config} holds no split {task} (it holds {', '.join(saved)})",
                    "ask for --tasks the folder has")  # fmt: skip
     split = saved[task]
-    return Instances(lambda: split, None, {"path": str(config), "fingerprint": split._fingerprint}, f"{config}/{task}")
+    source = {"path": str(config), "fingerprint": split._fingerprint, "sha256": dataset_files_sha256(split)}
+    return Instances(lambda: split, None, source, f"{config}/{task}")
 
 
 def _hub(name: str, task: str, length: str) -> Instances:
@@ -169,5 +247,5 @@ def _hub(name: str, task: str, length: str) -> Instances:
         reason = " ".join(str(e).split())[:160]
         raise fail(f"cannot load {name} ({length}, {task}) from the hub: {reason}",
                    "without network, pass --data DIR with the set's files") from None  # fmt: skip
-    return Instances(lambda: split, None, {"hub": name, "config": length, "fingerprint": split._fingerprint},
-                     f"{name} {length}/{task}")  # fmt: skip
+    source = {"hub": name, "config": length, "fingerprint": split._fingerprint, "sha256": dataset_files_sha256(split)}
+    return Instances(lambda: split, None, source, f"{name} {length}/{task}")

@@ -4,25 +4,55 @@ books until an instance reaches its length.
 Follows booydar/babilong at 7a6efee29f5cac03c3c410e6799c80fd2ffe3610: babilong/babilong_utils.py (`get_dataset_df`
 and `TaskDataset`: one sample per question; `SentenceSampler`: background sentences; `NoiseInjectionDataset`: facts
 placed between them) as data/create_tasks.py drives them, with three choices made explicit:
-- the samples are the bAbI file's questions in file order (the published sets hold the test questions in file
-  order), the first `num_samples` of them, where create_tasks draws a shuffled subset with the unseeded global
-  `np.random.shuffle` (and `TaskDataset.__len__`, one short, leaves out the last question);
+- the samples are the bAbI file's questions in file order but its last (`TaskDataset.__len__`, one short, leaves
+  it out), the first `num_samples` of them, or those at given positions (`positions`: the published 100-instance
+  sets' data/test_100_idxs.json, `published_positions`), where create_tasks draws a shuffled subset with the
+  unseeded global `np.random.shuffle`;
 - the sentence sampler draws from `np.random.default_rng(seed)` where create_tasks passes `random_seed=None`
   (fresh entropy every run); the noise injector draws from `default_rng(seed)` too (create_tasks: its default 42);
 - both are made anew for every (task, length), as create_tasks makes them.
-Lengths are counted with `tokenizer` (BABILong's: GPT-2's), `prompt_reserve` tokens kept for the prompt.
+Lengths are counted with `tokenizer` (BABILong's: GPT-2's), `prompt_reserve` tokens kept for the prompt. Sentences
+are split as BABILong's pinned nltk 3.8.1 splits them, whatever nltk is installed (`sentences`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import fail
+from .data import check_instance
+from .sentences import sentence_splitter
+from .spec import length_tokens
 from .tokenizer import decode
+
+# Draws of a random book passage in a row that may give no usable sentence before the books are refused: a book
+# gives one on nearly every draw, so only books that cannot (one long sentence, two sentences, only short ones) get
+# this far.
+DRAW_BUDGET = 200
+PUBLISHED_FROM = 64_000  # the published 100-instance sets from 64k on hold the questions at test_100_idxs.json's
+
+
+@cache
+def published_positions() -> dict[str, list[int]]:
+    """booydar/babilong's data/test_100_idxs.json (shipped in suites/babilong/): per task (qa1-qa5), the positions of
+    the test questions its published 100-instance sets hold at 64k and above."""
+    text = resources.files("megaeval.suites").joinpath("babilong", "test_100_idxs.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def question_positions(task: str, length: str, split: str) -> list[int] | None:
+    """Where a set's questions come from: the published positions for the published 100-instance sets (qa1-qa5
+    from 64k on, made from the test split), else None (file order)."""
+    if task in published_positions() and split == "test" and length_tokens(length) >= PUBLISHED_FROM:
+        return published_positions()[task]
+    return None
 
 
 @dataclass(frozen=True)
@@ -59,6 +89,9 @@ def read_babi(path: str | Path, max_facts: int | None = None) -> list[BabiSample
             facts.append(text)
             continue
         question, answer = text.split("\t")[0], text[text.index("\t") + 1 :].split("\t")[0]
+        if not question.strip() or not answer.strip():
+            empty = "question" if not question.strip() else "answer"
+            raise fail(f"{path} line {number} has an empty {empty}: {line[:60]!r}", "pass the bAbI tasks' own files")
         if max_facts is None or len(facts) + 1 <= max_facts:
             samples.append(BabiSample(tuple(facts), question, answer))
     return samples
@@ -70,13 +103,12 @@ class SentenceSampler:
     sentence dropped; each sentence tokenized with a leading space, those under `min_tokens` skipped. What one
     sample leaves is where the next one starts."""
 
-    def __init__(self, books: list[str], tokenizer: Any, min_tokens: int, seed: int):
-        from nltk.tokenize.punkt import PunktSentenceTokenizer
-
-        self.books, self.tokenizer, self.min_tokens = books, tokenizer, min_tokens
+    def __init__(self, books: list[str], tokenizer: Any, min_tokens: int, seed: int, source: str = "the books"):
+        self.books, self.tokenizer, self.min_tokens, self.source = books, tokenizer, min_tokens, source
         self.gen = np.random.default_rng(seed=seed)
-        self.punkt = PunktSentenceTokenizer()
+        self.punkt = sentence_splitter()
         self.sentences: list[str] = []
+        self.fruitless = 0  # draws since the last usable sentence
 
     def get_sample(self, size: int) -> list[list[int]]:
         """Sentences' tokens until they hold `size` tokens, the last one cut to fit (a size at or below zero gives
@@ -88,6 +120,7 @@ class SentenceSampler:
                 tokens = self.tokenizer.encode(" " + sentence, add_special_tokens=False)
                 if len(tokens) < self.min_tokens:
                     continue
+                self.fruitless = 0
                 total += len(tokens)
                 sample.append(tokens)
                 if total >= size:
@@ -102,12 +135,21 @@ class SentenceSampler:
     def _more_sentences(self, size: int) -> None:
         sentences: list[str] = []
         while not sentences:
+            self._count_draw()
             text = self.books[int(self.gen.choice(len(self.books)))]
             if not text:
                 continue
             text = text[self.gen.choice(len(text)) :][: size * 10]
             sentences = (sentences + self.punkt.tokenize(text))[1:-1]
         self.sentences += sentences
+
+    def _count_draw(self) -> None:
+        self.fruitless += 1
+        if self.fruitless > DRAW_BUDGET:
+            raise fail(f"the background books ({self.source}) gave no sentence BABILong can use in {DRAW_BUDGET} "
+                       f"draws of a random passage (one needs at least three sentences, and one of them of at least "
+                       f"{self.min_tokens} tokens between the first and the last)",
+                       "pass books of ordinary prose as --background")  # fmt: skip
 
 
 def inject(
@@ -130,19 +172,50 @@ def inject(
 
 def generate(
     babi: str | Path, books: list[str], tokenizer: Any, length: int, num_samples: int | None, seed: int,
-    spec: dict[str, Any], clean_up: bool = True,
+    spec: dict[str, Any], clean_up: bool = True, positions: list[int] | None = None, source: str = "the books",
 ) -> list[dict[str, str]]:  # fmt: skip
     """A (task, length)'s instances as create_tasks writes them ({input, question, target}), `length` tokens of
     context (0: the facts alone) less the task's prompt reserve; `clean_up`: decoded as transformers 4.x decoded
-    (`tokenizer.decode`)."""
+    (`tokenizer.decode`); `positions`: the questions at these places (else in file order), the first `num_samples`
+    of them (or all); `source` names the books in a refusal."""
     size = length - spec["prompt_reserve"]
-    samples = read_babi(babi, size // spec["facts_per_token"] if size > 0 else None)
-    if not samples:
-        raise fail(f"{babi} holds no question with at most {size // spec['facts_per_token']} facts",
-                   "pass longer --lengths, or another bAbI file")  # fmt: skip
-    sampler = SentenceSampler(books, tokenizer, spec["min_sentence_tokens"], seed)
+    chosen = choose(babi, read_babi(babi, size // spec["facts_per_token"] if size > 0 else None), size, spec,
+                    num_samples, positions)  # fmt: skip
+    sampler = SentenceSampler(books, tokenizer, spec["min_sentence_tokens"], seed, source)
     gen = np.random.default_rng(seed=seed)
-    chosen = samples if num_samples is None else samples[:num_samples]
-    return [{"input": inject(s, sampler, tokenizer, size, gen, clean_up), "question": s.question,
-             "target": decode(tokenizer, tokenizer(s.answer, add_special_tokens=False)["input_ids"], clean_up)}
-            for s in chosen]  # fmt: skip
+    records = []
+    for s in chosen:
+        record = {
+            "input": inject(s, sampler, tokenizer, size, gen, clean_up),
+            "question": s.question,
+            "target": decode(tokenizer, tokenizer(s.answer, add_special_tokens=False)["input_ids"], clean_up),
+        }
+        records.append(check_instance(record, spec, f"{babi}, question {len(records) + 1}"))  # fmt: skip
+    return records
+
+
+def choose(babi: str | Path, samples: list[BabiSample], size: int, spec: dict[str, Any], num_samples: int | None,
+           positions: list[int] | None) -> list[BabiSample]:  # fmt: skip
+    """The samples an instance set is made of: those at `positions` if given, else in file order; the first
+    `num_samples` of them, or without it TaskDataset's (every question but the last: its `__len__` is one short, so
+    create_tasks never draws the last); fewer than asked for is refused."""
+    if positions is not None:
+        beyond = [p for p in positions if p >= len(samples)]
+        if beyond:
+            raise fail(f"{babi} holds {len(samples)} questions, but the published positions go to {max(beyond)}",
+                       "pass bAbI's full test file (1,000 questions)")  # fmt: skip
+        samples = [samples[p] for p in positions]
+    elif num_samples is None:
+        samples = samples[:-1]
+    if not samples:
+        limit = f" with at most {size // spec['facts_per_token']} facts" if size > 0 else ""
+        raise fail(f"{babi} holds no question{limit} but its last, which BABILong's TaskDataset leaves out",
+                   "pass longer --lengths, or another bAbI file")  # fmt: skip
+    if num_samples is not None and num_samples > len(samples):
+        if positions is not None:
+            raise fail(f"--num-samples {num_samples}: the published set holds the {len(samples)} questions at "
+                       "test_100_idxs.json's positions (qa1-qa5 from 64k on)",
+                       f"pass --num-samples {len(samples)} or fewer")  # fmt: skip
+        raise fail(f"--num-samples {num_samples}: {babi} holds {len(samples)} questions",
+                   f"pass --num-samples {len(samples)} or fewer, or leave it out for all of them")  # fmt: skip
+    return samples if num_samples is None else samples[:num_samples]

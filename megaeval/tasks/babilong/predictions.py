@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ...errors import fail
+from ...errors import MegaevalError, fail
 from ...files import file_sha256, write_output
+from .data import check_target
 from .prompts import PARTS, PromptParts
+from .spec import length_tokens, parse_lengths
 
 COLUMNS = ("target", "output", "question")
 
@@ -54,8 +56,24 @@ def prediction_file(folder: str | Path, task: str, length: str, parts: PromptPar
                f"{', '.join(p.name for p in found)}", "keep one of them in the folder")  # fmt: skip
 
 
-def read_predictions(path: Path) -> tuple[list[dict[str, str]], dict[str, Any]]:
-    """A prediction file's rows ({target, output, question}, empty cells as "") and its source (path, sha256)."""
+def held_lengths(folder: str | Path, tasks: list[str], parts: PromptParts) -> list[str]:
+    """The lengths at which `folder` holds a prediction file of one of `tasks` made with the prompt `parts`
+    describes, shortest first."""
+    found = set()
+    for path in Path(folder).glob("qa*_*_*.csv"):
+        task, length, name = path.stem.split("_", 2)
+        if task in tasks and matches(name, parts):
+            try:
+                found.update(parse_lengths(length))
+            except MegaevalError:  # not a length name: no file of a set
+                continue
+    return sorted(found, key=length_tokens)
+
+
+def read_predictions(path: Path, spec: dict[str, Any] | None = None) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """A prediction file's rows ({target, output, question}, empty cells as "") and its source (path, sha256); a
+    file without rows is refused, and with `spec` each row's target and question are checked as an instance's
+    are."""
     import pandas as pd
 
     try:
@@ -69,6 +87,12 @@ def read_predictions(path: Path) -> tuple[list[dict[str, str]], dict[str, Any]]:
                    "pass BABILong's prediction files (columns target, output, question)")  # fmt: skip
     rows = [{c: "" if pd.isna(v) else str(v) for c, v in zip(COLUMNS, values, strict=True)}
             for values in frame[list(COLUMNS)].itertuples(index=False)]  # fmt: skip
+    if not rows:
+        raise fail(f"{path} holds no predictions (only its header)",
+                   "remove the file, or pass --lengths and --tasks without it")  # fmt: skip
+    for number, row in enumerate(rows, 1):
+        if spec is not None:
+            check_target(row["target"], row["question"], spec, f"{path} row {number}")
     return rows, {"path": str(path), "sha256": file_sha256(path)}
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...metrics.longbench import leaderboard, length_buckets, task_score, v2_figures
+from ...metrics.longbench import BUCKETS, leaderboard, leaderboard_missing, length_buckets, task_score, v2_figures
 from ...runs.answers import MEMORY, SECONDS, STATE, most
-
-BUCKETS = ("0-4k", "4-8k", "8k+")
 
 
 def v1_results(records: list[dict[str, Any]], tasks: list[str], longbench_e: bool) -> dict[str, Any]:
     """Per task: eval.py's score (and with LongBench-E its buckets), how many prompts were cut and by how many
-    tokens; the leaderboard's categories (LongBench) or each bucket's mean over the tasks (LongBench-E)."""
+    tokens; the leaderboard's categories and the tasks each lacks (LongBench) or each bucket's mean over the tasks
+    (LongBench-E)."""
     per_task: dict[str, Any] = {}
     for task in tasks:
         mine = [r for r in records if r["task"] == task]
@@ -31,6 +30,8 @@ def v1_results(records: list[dict[str, Any]], tasks: list[str], longbench_e: boo
         }
     else:
         results["leaderboard"] = leaderboard({t: row["score"] for t, row in per_task.items()})
+        # the categories whose mean (and so each language's Avg) leaves out tasks that were not scored
+        results["leaderboard_missing"] = leaderboard_missing(list(per_task))
     return results
 
 

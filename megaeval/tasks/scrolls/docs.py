@@ -88,9 +88,11 @@ def _row_problem(row: dict[str, str]) -> tuple[str, str] | None:
 
 
 def group_examples(rows: list[Any], where: str = "data") -> list[Example]:
-    """Rows sharing an id become one example with several references, in first-seen order; a row without a
-    question, a document or a reference is refused, naming `where` (its file) and its number."""
+    """Rows sharing an id and its input become one example with several references (SCROLLS' way of carrying
+    them), in first-seen order; a row without a question, a document or a reference, and one whose id an earlier row
+    gives another input (its question would never be asked), are refused, naming `where` (its file) and its number."""
     examples: dict[str, Example] = {}
+    first: dict[str, tuple[int, str]] = {}  # id -> the number and input of its first row
     for number, row in enumerate(rows, 1):
         if not isinstance(row, dict):
             raise fail(f"{where} row {number} is a {type(row).__name__}, not an object", SCHEMA_FIX)
@@ -104,8 +106,15 @@ def group_examples(rows: list[Any], where: str = "data") -> list[Example]:
         if problem is not None:
             raise fail(f"{where} row {number}: {problem[0]}", problem[1])
         if row["id"] in examples:
+            number_first, input_first = first[row["id"]]
+            if row["input"] != input_first:
+                raise fail(f"{where} row {number}: id {row['id']!r} is also row {number_first}'s, with another "
+                           "input: its question would never be asked and its answer would count as a reference of "
+                           "the other", "give each question its own id (rows repeating an id repeat its input, to "
+                           "add references)")  # fmt: skip
             examples[row["id"]].references.append(row["output"])
         else:
+            first[row["id"]] = (number, row["input"])
             question, document = split_input(row["input"])
             examples[row["id"]] = Example(row["id"], question, document, [row["output"]])
     return list(examples.values())

@@ -374,6 +374,33 @@ def short_qmsum_rows(split: str, n: int, chars: int = 1500) -> list[dict]:
     return rows
 
 
+def overridden(argv: list[str]) -> list[str]:
+    """`argv` (a command and its options) with each option of one value given once, at its last value: a case
+    appends an option to its base command to replace the base's value, and megaeval refuses one given twice."""
+    import typer
+
+    from megaeval.cli import app
+    from megaeval.cli.options import bare_chat_template
+
+    argv = bare_chat_template(argv)
+    command = typer.main.get_command(app).commands.get(argv[0]) if argv else None
+    if command is None:
+        return argv
+    options = {name: p for p in command.params if p.param_type_name == "option"
+               for name in [*p.opts, *p.secondary_opts]}  # fmt: skip
+    spans, k = [], 1  # (option, first token, past its value)
+    while k < len(argv):
+        name, eq, _ = argv[k].partition("=")
+        option = options.get(name)
+        end = k + (1 if option is None or eq or option.is_flag or option.count else 2)
+        if option is not None and not (option.multiple or option.count):
+            spans.append((option, k, end))
+        k = end
+    last = {option: (start, end) for option, start, end in spans}
+    dropped = {k for option, start, end in spans if last[option] != (start, end) for k in range(start, end)}
+    return [token for k, token in enumerate(argv) if k not in dropped]
+
+
 def wait_for(predicate, proc: Process, timeout: float = 120, interval: float = 0.002) -> bool:
     """Poll `predicate()` until it holds (True) or the process has ended or time is up (False)."""
     deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ input as one line."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -98,8 +99,9 @@ def test_the_command_prints_the_task_by_length_table(tmp_path):
     (["--seed", "7"], "--seed does not apply with --data"),
 ])  # fmt: skip
 def test_bad_input_is_one_line(tmp_path, flags, message):
-    argv = ["babilong", "--data", str(FROZEN), "--tasks", "qa1", "--lengths", "0k", "--no-progress", "--out",
-            str(tmp_path / "r.json"), *flags]  # fmt: skip
+    defaults = {"--tasks": "qa1", "--lengths": "0k"}  # each option once: a repeated one is refused
+    argv = ["babilong", "--data", str(FROZEN), "--no-progress", "--out", str(tmp_path / "r.json"), *flags,
+            *(x for k, v in defaults.items() if k not in flags for x in (k, v))]  # fmt: skip
     if "--prepare-only" in flags:
         argv += ["--predictions", str(tmp_path)]
     result = CliRunner().invoke(app, argv)
@@ -122,7 +124,9 @@ def test_a_record_without_its_target_an_empty_set_and_a_prompt_past_the_context_
                                       out=str(tmp_path / "r.json")), progress=False)  # fmt: skip
     long = tmp_path / "long"
     (long / "qa1").mkdir(parents=True)
-    (long / "qa1" / "0k.json").write_text(json.dumps([{"input": "word " * 600, "question": "Where?", "target": "x"}]))
+    (long / "qa1" / "0k.json").write_text(
+        json.dumps([{"input": "word " * 600, "question": "Where?", "target": "kitchen"}])
+    )
     with pytest.raises(MegaevalError, match=r"qa1 at 0k, instance 0: its prompt is [\d,]+ tokens.*never truncates"):
         run_babilong(BabilongSettings(model="embedded:transformer-tiny", data=str(long), tasks="qa1", lengths="0k",
                                       out=str(tmp_path / "t.json")), progress=False)  # fmt: skip
@@ -158,3 +162,97 @@ def test_the_hub_layout_parquet_and_save_to_disk_read_as_the_json_layout(tmp_pat
 def test_a_flag_is_refused_where_it_does_not_apply(flags, message):
     with pytest.raises(MegaevalError, match=message):
         BabilongSettings(**flags)
+
+
+def one_set(tmp_path, records, task="qa1", length="0k"):
+    """A data folder holding `records` as `task` at `length` (the generator's layout)."""
+    folder = tmp_path / "one"
+    (folder / task).mkdir(parents=True, exist_ok=True)
+    (folder / task / f"{length}.json").write_text(json.dumps(records))
+    return folder
+
+
+def run_cli(tmp_path, *flags):
+    """`megaeval babilong` through the real command line; its result."""
+    return CliRunner().invoke(app, ["babilong", "--no-progress", "--out", str(tmp_path / "r.json"), *flags])
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"target": "apple,milk"}, r"instance 1: the target 'apple,milk' is none of qa1's labels; pass qa1's own"),
+    ({"target": " "}, r"instance 1: the target is empty"),
+    ({"question": ""}, r"instance 1: the question is empty"),
+])  # fmt: skip
+def test_an_instance_that_cannot_be_right_is_refused_before_the_model_loads(tmp_path, change, message):
+    records = json.loads((FROZEN / "qa1" / "0k.json").read_text())
+    records[1].update(change)
+    result = run_cli(tmp_path, "--data", str(one_set(tmp_path, records)), "--tasks", "qa1", "--lengths", "0k",
+                     "--model", "no-such-model")  # fmt: skip
+    assert result.exit_code == 2 and re.search(message, " ".join(result.output.split())), result.output
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_an_instance_far_longer_than_its_set_names_the_cause(tmp_path):
+    """A 0k instance of 400,000 characters on a 512-token model: the cause (hundreds of times a 0k instance's
+    facts, ten times the most a 0k instance can hold), not advice to use shorter lengths."""
+    records = [{"input": "Mary went to the kitchen. " * 15_385, "question": "Where is Mary?", "target": "kitchen"}]
+    result = run_cli(tmp_path, "--data", str(one_set(tmp_path, records)), "--tasks", "qa1", "--lengths", "0k",
+                     "--model", "embedded:transformer-tiny")  # fmt: skip
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "instance 0: its input is 400,010 characters, 10 times what a 0k instance" in text
+    assert "it belongs to a longer set" in text and "shorter --lengths" not in text
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_zero_k_prompt_past_the_context_advises_a_longer_context_not_shorter_lengths(tmp_path):
+    from megaeval.commands.babilong import past_context
+
+    class Short:
+        spec, max_context = "embedded:transformer-tiny", 512
+
+    spec = load_babilong_task("qa1")
+    assert "use a model with a longer context (0k is BABILong's shortest set)" in str(
+        past_context(Short(), spec, "qa1", "0k", 0, 900)
+    )
+    assert str(past_context(Short(), spec, "qa1", "1k", 0, 900)).endswith("; use shorter --lengths")
+
+
+@pytest.mark.parametrize("other", ["qa1/0k.jsonl", "0k/qa1.parquet", "data/0k/qa1.json"])
+def test_a_set_in_two_layouts_is_refused_naming_both(tmp_path, other):
+    import datasets
+
+    folder = tmp_path / "two"
+    shutil.copytree(FROZEN, folder)
+    records = json.loads((FROZEN / "qa1" / "0k.json").read_text())
+    path = folder / other
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if other.endswith(".parquet"):
+        datasets.Dataset.from_list(records).to_parquet(str(path))
+    else:
+        path.write_text("\n".join(map(json.dumps, records)) if other.endswith("l") else json.dumps(records))
+    result = run_cli(tmp_path, "--data", str(folder), "--tasks", "qa1", "--lengths", "0k")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and f"holds qa1 at 0k twice: {folder / 'qa1' / '0k.json'} and {path}" in text, text
+
+
+def test_resume_refuses_a_save_to_disk_set_whose_arrow_file_was_replaced(tmp_path):
+    """The split's fingerprint does not change when its files do: the checksums of the arrow files read do."""
+    import datasets
+
+    saved = tmp_path / "saved"
+    for length in ("0k", "1k"):
+        rows = json.loads((FROZEN / "qa1" / f"{length}.json").read_text())
+        datasets.DatasetDict({"qa1": datasets.Dataset.from_list(rows)}).save_to_disk(str(saved / length))
+    settings = BabilongSettings(model=oracle(tmp_path, lambda r: r["target"]), data=str(saved), tasks="qa1",
+                                lengths="0k", batch_size=1, out=str(tmp_path / "r.json"))  # fmt: skip
+
+    def stop(done):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_babilong(settings, progress=False, on_unit=stop)
+    arrows = sorted((saved / "0k" / "qa1").glob("*.arrow"))
+    shutil.copy(sorted((saved / "1k" / "qa1").glob("*.arrow"))[0], arrows[0])  # the 1k set's rows, under 0k
+    settings.resume = True
+    with pytest.raises(MegaevalError, match=r"cannot resume .* differs .*qa1/0k\.sha256\.data-00000-of-00001\.arrow"):
+        run_babilong(settings, progress=False)
+    assert not (tmp_path / "r.json").exists()

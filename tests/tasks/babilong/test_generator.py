@@ -48,7 +48,7 @@ def test_the_two_decodings_differ_where_a_space_precedes_punctuation():
 def test_zero_k_is_the_questions_in_file_order_with_their_facts_joined_by_spaces(gpt2):
     babi = FIXTURES / "babi" / "qa1_single-supporting-fact_test.txt"
     got = generate(babi, [(AUSTEN / "emma.txt").read_text()], gpt2, 0, None, 42, load_babilong_task("qa1"))
-    samples = read_babi(babi)
+    samples = read_babi(babi)[:-1]  # TaskDataset.__len__ is one short: the last question is never drawn
     assert [(g["question"], g["target"]) for g in got] == [(s.question, s.answer) for s in samples]
     assert all(g["input"] == " ".join(s.facts) for g, s in zip(got, samples, strict=True))
     # the published 0k set's first questions (from the official predictions of Phi-3-mini on RMT-team/babilong)
@@ -98,3 +98,98 @@ def test_prepare_only_writes_the_frozen_fixture_again(tmp_path):
     assert manifest["seed"] == 42 and manifest["generator"]["commit"].startswith("7a6efee")
     assert manifest["background_note"] is None  # --background given
     assert json.loads((FIXTURES / "frozen" / "babilong_data.json").read_text())["babi_split"] == "test"
+
+
+NLTK381 = FIXTURES / "nltk381"
+RECORDED = json.loads((NLTK381 / "reference.json").read_text())
+
+
+def test_sentences_split_as_nltk_381_splits_them_whatever_nltk_is_installed():
+    """Passages of a curly-quote book split by megaeval equal nltk 3.8.1's splits (recorded: nltk381/README.md);
+    nltk 3.10.2 and later split most of them otherwise (after a closing curly quote or guillemet)."""
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    from megaeval.tasks.babilong.sentences import sentence_splitter
+
+    book = (NLTK381 / "curly.txt").read_text()
+    passages = [book[start : start + 3000] for start in range(0, len(book), 7919)]
+    assert [sentence_splitter().tokenize(p) for p in passages] == RECORDED["sentences"]
+    installed = [PunktSentenceTokenizer().tokenize(p) for p in passages]
+    assert RECORDED["nltk"] == "3.8.1" and (installed != RECORDED["sentences"]) == needs_pinning()
+
+
+def needs_pinning() -> bool:
+    import nltk
+
+    return tuple(int(x) for x in nltk.__version__.split(".")[:3]) >= (3, 10, 2)
+
+
+@pytest.mark.parametrize("key", sorted(RECORDED["instances"]))
+def test_instances_on_a_curly_quote_book_equal_babilongs_under_nltk_381(gpt2, key):
+    babi, length, n, seed = key.split("/")
+    spec = load_babilong_task(babi.split("_")[0])
+    got = generate(FIXTURES / "babi" / f"{babi}_test.txt", [(NLTK381 / "curly.txt").read_text()], gpt2, int(length),
+                   int(n), int(seed), spec)  # fmt: skip
+    assert got == RECORDED["instances"][key]
+
+
+@pytest.mark.parametrize(("book", "why"), [
+    ("Mary went to the kitchen and " * 10_000 + "stayed.", "one sentence of 280,000 characters"),
+    ("Mary went to the kitchen and then she went to the garden. John went home.", "two sentences"),
+    (" ".join(["Mary left.", "John came."] * 20), "every sentence under ten tokens"),
+])  # fmt: skip
+def test_books_without_a_usable_sentence_are_refused_not_drawn_forever(gpt2, book, why):
+    with pytest.raises(MegaevalError, match=r"the background books \(mine.txt\) gave no sentence BABILong can use"):
+        generate(FIXTURES / "babi" / "qa1_single-supporting-fact_test.txt", [book], gpt2, 1000, 1, 42,
+                 load_babilong_task("qa1"), source="mine.txt")  # fmt: skip
+
+
+def test_the_published_100_sets_from_64k_hold_the_questions_at_test_100_idxs(gpt2):
+    """qa1's positions start 1, 4, 10: the published 64k and 128k sets start with those questions (the official
+    predictions of Phi-3-mini at 128k), and --prepare-only takes them there by default, file order below 64k."""
+    from megaeval.tasks.babilong.generator import published_positions, question_positions
+
+    assert published_positions()["qa1"][:3] == [1, 4, 10] and sorted(published_positions()) == list(TASKS5)
+    questions = [(s.question, s.answer) for s in read_babi(FIXTURES / "babi" / "qa1_single-supporting-fact_test.txt")]
+    with open(FIXTURES / "predictions" / "microsoft" / "Phi-3-mini-128k-instruct" /
+              "qa1_128k_instruction_yes_examples_yes_post_prompt_yes.csv", newline="") as f:  # fmt: skip
+        published = [(r["question"], r["target"]) for r in csv.DictReader(f)][:3]
+    assert published == [questions[1], questions[4], questions[10]]
+    assert question_positions("qa1", "64k", "test")[:3] == [1, 4, 10] and question_positions("qa2", "10M", "test")
+    assert question_positions("qa1", "32k", "test") is None
+    assert question_positions("qa1", "1M", "train") is None and question_positions("qa6", "1M", "test") is None
+    # at positions: the fixture holds 15 questions, so positions past 13 are refused, the first three taken
+    spec = load_babilong_task("qa1")
+    got = generate(FIXTURES / "babi" / "qa1_single-supporting-fact_test.txt", [(AUSTEN / "emma.txt").read_text()],
+                   gpt2, 0, None, 42, spec, positions=[1, 4, 10])  # fmt: skip
+    assert [(g["question"], g["target"]) for g in got] == published
+    with pytest.raises(MegaevalError, match="holds 15 questions, but the published positions go to 17"):
+        generate(FIXTURES / "babi" / "qa1_single-supporting-fact_test.txt", ["x"], gpt2, 0, None, 42, spec,
+                 positions=[1, 17])  # fmt: skip
+
+
+TASKS5 = ("qa1", "qa2", "qa3", "qa4", "qa5")
+
+
+def test_more_samples_than_the_file_gives_are_refused_and_the_manifest_counts_what_was_written(tmp_path):
+    """15 questions: --num-samples 500 is refused in one line; without it, 14 instances (TaskDataset leaves out the
+    last question), which the manifest records."""
+    flags = ["babilong", "--prepare-only", "--babi", str(FIXTURES / "babi"), "--background", str(AUSTEN), "--tasks",
+             "qa1", "--lengths", "0k", "--no-progress"]  # fmt: skip
+    refused = CliRunner().invoke(app, [*flags, "--write-data", str(tmp_path / "a"), "--num-samples", "500"])
+    assert refused.exit_code == 2 and "--num-samples 500: " in refused.output and "holds 15 questions; pass " \
+        "--num-samples 15 or fewer" in " ".join(refused.output.split())  # fmt: skip
+    assert not (tmp_path / "a").exists()
+    made = CliRunner().invoke(app, [*flags, "--write-data", str(tmp_path / "b")])
+    assert made.exit_code == 0, made.output
+    manifest = json.loads((tmp_path / "b" / "babilong_data.json").read_text())
+    assert manifest["sets"] == {"qa1": {"0k": {"instances": 14, "questions": "file order"}}}
+    assert len(json.loads((tmp_path / "b" / "qa1" / "0k.json").read_text())) == 14
+
+
+@pytest.mark.parametrize(("line", "empty"), [("3 Where is John?\t\t1", "answer"), ("3 \thallway\t1", "question")])
+def test_a_babi_question_with_an_empty_answer_or_question_is_refused(tmp_path, line, empty):
+    path = tmp_path / "qa1_single-supporting-fact_test.txt"
+    path.write_text(f"1 Mary went home.\n2 John went to the hallway.\n{line}\n")
+    with pytest.raises(MegaevalError, match=rf"line 3 has an empty {empty}"):
+        read_babi(path)

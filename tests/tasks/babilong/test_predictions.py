@@ -7,6 +7,7 @@ model answering canned texts)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -107,3 +108,52 @@ def test_written_predictions_are_the_files_babilongs_script_writes(tmp_path):
             mine, theirs = json.loads((out / path.name).read_text()), json.loads(path.read_text())
             mine["generate_kwargs"].pop("pad_token_id"), theirs["generate_kwargs"].pop("pad_token_id")
             assert mine == theirs and (out / path.name).read_text().startswith('{\n    "prompt"')
+
+
+def cli(tmp_path, *flags):
+    """`megaeval babilong` through the real command line; its result."""
+    from typer.testing import CliRunner
+
+    from megaeval.cli import app
+
+    return CliRunner().invoke(app, ["babilong", "--no-progress", "--out", str(tmp_path / "r.json"), *flags])
+
+
+def test_files_outside_the_lengths_are_named_and_without_lengths_all_are_scored(tmp_path):
+    """The folder holds 0k and 128k: asked for 0k, the 128k files are named as not scored (a note and the
+    report's data.left_out); given no lengths, every length the folder holds is scored."""
+    result = cli(tmp_path, "--predictions", str(PHI3), "--lengths", "0k")
+    assert result.exit_code == 0, result.output
+    assert "also holds files at 128k, not scored: outside --lengths (pass --lengths 0k,128k" in result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["data"]["left_out"] == {"lengths": ["128k"], "why": "outside --lengths"}
+    everything = run_babilong(BabilongSettings(predictions=str(PHI3), out=str(tmp_path / "all.json")))
+    assert everything["settings"]["lengths"] == ["0k", "128k"] and "left_out" not in everything["data"]
+    assert everything["results"]["tasks"]["qa1"]["128k"]["n"] == 100
+
+
+def test_a_prediction_file_with_only_its_header_is_refused_not_scored_zero(tmp_path):
+    folder = tmp_path / "preds"
+    shutil.copytree(PHI3, folder)
+    name = "qa2_0k_instruction_yes_examples_yes_post_prompt_yes.csv"
+    (folder / name).write_text(",target,output,question\n")
+    result = cli(tmp_path, "--predictions", str(folder), "--lengths", "0k")
+    assert result.exit_code == 2 and f"{folder / name} holds no predictions (only its header)" in " ".join(
+        result.output.split()
+    )
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ('1,"apple,milk",apple,What is Daniel carrying? ', "row 2: the target 'apple,milk' is none of qa1's labels"),
+    ("1,,hallway,Where is John? ", "row 2: the target is empty"),
+    ("1,hallway,hallway,", "row 2: the question is empty"),
+])  # fmt: skip
+def test_a_prediction_row_is_checked_as_an_instance_is(tmp_path, row, message):
+    """The data readers' check (tasks.babilong.data.check_target), naming the file and the row."""
+    folder = tmp_path / "preds"
+    folder.mkdir()
+    path = folder / "qa1_0k_instruction_yes_examples_yes_post_prompt_yes.csv"
+    path.write_text(f",target,output,question\n0,hallway,hallway,Where is John? \n{row}\n")
+    result = cli(tmp_path, "--predictions", str(folder), "--tasks", "qa1", "--lengths", "0k")
+    assert result.exit_code == 2 and f"{path} {message}" in " ".join(result.output.split()), result.output

@@ -62,3 +62,6 @@ def test_loglik_protocol_equals_lm_eval_longbench2(tmp_path, monkeypatch):
         assert sample["loglikelihoods"] == pytest.approx([ll for ll, _ in results], rel=0, abs=2e-3), doc_id
         assert sample["judge"] == bool(task.process_results(group[0].doc, results)["acc"]), doc_id
     assert report["results"]["protocol"] == "loglik" and report["results"]["answered"] == len(items)
+    # the limit the report records is the one applied: lm-eval's left truncation, never a middle cut
+    limit = report["settings"]["max_prompt_tokens_effective"]
+    assert limit == "the last max_context tokens (lm-eval's left truncation)"

@@ -42,6 +42,20 @@ def test_rows_sharing_an_id_are_one_example_with_several_references():
         group_examples([{"id": "a", "input": "x"}])
 
 
+def test_rows_sharing_an_id_with_another_question_are_refused_naming_file_and_id(tmp_path):
+    """Merged, the second question would never be asked and its answer would count as a reference of the first."""
+    rows = [{"id": "a", "pid": "a_0", "input": "Q1?\n\nDoc A", "output": "x"},
+            {"id": "a", "pid": "a_1", "input": "Q2?\n\nDoc A", "output": "y"}]  # fmt: skip
+    write_scrolls(tmp_path / "data", "qasper", "validation", rows)
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["scrolls", "--predictions", str(tmp_path / "p.jsonl"), "--data-dir",
+                                 str(tmp_path / "data"), "--tasks", "qasper", "--out", str(out)])  # fmt: skip
+    lines = result.stderr.splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and not out.exists(), result.output
+    where = tmp_path / "data" / "qasper" / "validation.jsonl"
+    assert lines[0].startswith(f"error: {where} row 2: id 'a' is also row 1's, with another input: its question")
+
+
 def test_prompt_assembly_keeps_braces_in_documents():
     ex = Example("a", "Who wrote {this}?", "A {curly} text.", ["x"])
     assert render("{CONTEXT} Q: {QUESTION} A:", ex) == "A {curly} text. Q: Who wrote {this}? A:"
