@@ -59,8 +59,10 @@ def sweep_inputs(tmp_path_factory):
 
 
 def sweep_args(ckpt: Path, stream: Path, out: Path, *extra: str) -> list[str]:
-    return ["ppl-sweep", "--model", str(ckpt), "--stream", str(stream), "--lengths", "16,64,128", "--tokens", "1024",
-            "--batch-size", "2", "--dtype", "float64", "--out", str(out), *extra]  # fmt: skip
+    """A sweep's command line; an option named in `extra` replaces the default's (an option is given once)."""
+    base = {"--lengths": "16,64,128", "--tokens": "1024", "--batch-size": "2", "--dtype": "float64", "--out": str(out)}
+    options = [x for k, v in base.items() if k not in extra for x in (k, v)]
+    return ["ppl-sweep", "--model", str(ckpt), "--stream", str(stream), *options, *extra]
 
 
 def test_ppl_sweep_data_parallel_is_bit_identical(sweep_inputs, tmp_path):

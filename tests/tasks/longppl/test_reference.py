@@ -88,7 +88,7 @@ def test_a_real_model_finds_the_references_key_tokens(tmp_path):
     text = BODY[:5000] + "\n\n" + BODY[:2500]
     load = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float64).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    key = {"trunc_len": 512, "sliding_window": 128}
+    key = {"trunc_len": 512, "sliding_window": 256}
     expected = compute_longppl(text, load, load, tok, tok, save_path=str(tmp_path / "ref.txt"), **key)
     intervals = [list(map(int, s)) for s in load_key_token(tmp_path / "ref.txt")]
     data = tmp_path / "doc.jsonl"
