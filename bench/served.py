@@ -9,6 +9,7 @@ through the same local server, at the same concurrency: wall time, requests, pro
    RULER's tokens_to_generate), `--model local-completions --model_args ...,num_concurrent=C`;
 5. one table: seconds, requests, prompt tokens sent, answers equal.
 
+    pip install "lm-eval[api]==0.4.13"   # local-completions needs the api extra (tenacity, aiohttp)
     python bench/served.py --lengths 1024,2048 --num-samples 8 --concurrency 2
 
 transformers serve takes text prompts only, so both clients send text (lm-eval: tokenized_requests=False; megaeval:
