@@ -4,6 +4,7 @@ UTF-8 writer can write back), and every refusal naming the file and the line (a 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,11 @@ from typing import Any
 from .errors import MegaevalError, fail
 
 CONVERT = "convert the file to UTF-8 text"
+
+
+def is_number(value: Any) -> bool:
+    """Whether a value read from JSON is a finite number (not a bool, NaN or infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def read_text(path: str | Path, what: str = "", fix: str = "check the path and its permissions") -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import re
@@ -14,7 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import MegaevalError, fail
-from ..text import read_json
+from ..text import is_number, read_json
 
 SCHEMA_VERSION = 1
 
@@ -149,10 +148,10 @@ def _check_tasks(results: dict[str, Any], broken: str, fix: str) -> None:
         if not isinstance(metric, str) or metric not in res:
             raise fail(f"{broken}: results.{task}.metric is {metric!r:.40}, not the name of one of its scores", fix)
         for key, value in res.items():  # the headline metric and every standard error: a number or null
-            if (key == metric or key.endswith("_stderr")) and value is not None and not _number(value):
+            if (key == metric or key.endswith("_stderr")) and value is not None and not is_number(value):
                 raise fail(f"{broken}: results.{task}.{key} is {value!r:.40}, not a number", fix)
     average = results.get("average")
-    if average is not None and not _number(average):
+    if average is not None and not is_number(average):
         raise fail(f"{broken}: results.average is {average!r:.40}, not a number", fix)
 
 
@@ -164,7 +163,7 @@ def _check_needle(results: dict[str, Any], path: Path, fix: str) -> None:
         raise fail(f"{path} is a needle report with no tasks in its results", fix)
     for task in tasks:
         res = results[task]
-        if not _number(res.get("accuracy")):
+        if not is_number(res.get("accuracy")):
             raise fail(f"{path}: results.{task}.accuracy is {res.get('accuracy')!r:.40}, not a number", fix)
         lengths = _needle_rows(res, task, "lengths", ("length",), path, fix)
         for length, _ in _needle_rows(res, task, "cells", ("length", "depth"), path, fix):
@@ -178,7 +177,7 @@ def _needle_rows(res: dict[str, Any], task: str, key: str, place: tuple[str, ...
     rows = res.get(key)
     fields = (*place, "accuracy")
     listed = isinstance(rows, list) and len(rows) > 0
-    if not listed or not all(isinstance(r, dict) and all(_number(r.get(f)) for f in fields) for r in rows):
+    if not listed or not all(isinstance(r, dict) and all(is_number(r.get(f)) for f in fields) for r in rows):
         raise fail(f"{path} is not a complete megaeval report: results.{task}.{key} is missing or malformed", fix)
     seen: set[tuple] = set()
     for r in rows:
@@ -205,7 +204,7 @@ def _check_ruler(results: dict[str, Any], path: Path, fix: str) -> None:
         if (
             not isinstance(rows, list)
             or not rows
-            or not all(isinstance(r, dict) and _number(r.get("length")) and _number(r.get("score")) for r in rows)
+            or not all(isinstance(r, dict) and is_number(r.get("length")) and is_number(r.get("score")) for r in rows)
         ):
             raise fail(f"{broken}: results.tasks.{task}.lengths is missing or malformed", fix)
         if len({r["length"] for r in rows}) != len(rows):
@@ -215,15 +214,15 @@ def _check_ruler(results: dict[str, Any], path: Path, fix: str) -> None:
     if (
         not isinstance(rows, list)
         or not rows
-        or not all(isinstance(r, dict) and _number(r.get("length")) and _number(r.get("average")) for r in rows)
+        or not all(isinstance(r, dict) and is_number(r.get("length")) and is_number(r.get("average")) for r in rows)
     ):
         raise fail(f"{broken}: results.lengths is missing or malformed", fix)
     _check_lengths(rows, "results.lengths", path, fix)
     for key in ("average", "wavg_inc", "wavg_dec", "threshold"):
-        if not _number(results.get(key)):
+        if not is_number(results.get(key)):
             raise fail(f"{broken}: results.{key} is {results.get(key)!r:.40}, not a number", fix)
     effective = results.get("effective_length")
-    if effective is not None and not (_number(effective) and isinstance(effective, int) and effective > 0):
+    if effective is not None and not (is_number(effective) and isinstance(effective, int) and effective > 0):
         raise fail(f"{broken}: results.effective_length is {effective!r:.40}, not a length", fix)
 
 
@@ -243,7 +242,7 @@ def _check_longppl(results: dict[str, Any], path: Path, fix: str) -> None:
     for where, row in [("results", results), *((f"results.documents[{i}]", d) for i, d in enumerate(docs))]:
         for key in ("longppl", "ppl", "n_key_tokens", "n_tokens"):
             value = row.get(key)
-            if not (_number(value) or (value is None and key == "longppl")):
+            if not (is_number(value) or (value is None and key == "longppl")):
                 raise fail(f"{broken}: {where}.{key} is {value!r:.40}, not a number", fix)
 
 
@@ -258,7 +257,7 @@ def _check_babilong(results: dict[str, Any], path: Path, fix: str) -> None:
         or not all(
             isinstance(r, dict)
             and isinstance(r.get("length"), str)
-            and (r.get("average") is None or _number(r["average"]))
+            and (r.get("average") is None or is_number(r["average"]))
             for r in rows
         )
     ):
@@ -268,10 +267,10 @@ def _check_babilong(results: dict[str, Any], path: Path, fix: str) -> None:
         raise fail(f"{broken}: results.tasks is missing or empty", fix)
     for task, cells in tasks.items():
         accuracies = [cells.get(r["length"]) if isinstance(cells, dict) else None for r in rows]
-        if not all(isinstance(a, dict) and _number(a.get("accuracy")) for a in accuracies):
+        if not all(isinstance(a, dict) and is_number(a.get("accuracy")) for a in accuracies):
             raise fail(f"{broken}: results.tasks.{task} lacks an accuracy at one of the lengths", fix)
         for length, cell in cells.items():
-            if not isinstance(cell, dict) or not _number(cell.get("accuracy")):
+            if not isinstance(cell, dict) or not is_number(cell.get("accuracy")):
                 raise fail(f"{broken}: results.tasks.{task}.{length} has no accuracy", fix)
     averaged = results.get("average_of")
     if not isinstance(averaged, list) or not averaged or not all(isinstance(t, str) for t in averaged):
@@ -286,10 +285,6 @@ def _check_longbench(results: dict[str, Any], path: Path, fix: str) -> None:
         longbench_parts(results)
     except MegaevalError as e:
         raise MegaevalError(f"{path} is not a complete megaeval report: {e}") from None  # e names the fix
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_results(report: dict[str, Any], path: Path) -> None:
@@ -341,7 +336,7 @@ def _check_sweep(results: dict[str, Any], broken: str, fix: str) -> None:
                 raise fail(f"{broken}: results.lengths[{i}] has no {key}", fix)
         for key in SWEEP_NUMBERS:
             value = row.get(key)
-            if value is not None and not _number(value):
+            if value is not None and not is_number(value):
                 raise fail(f"{broken}: results.lengths[{i}].{key} is {value!r:.40}, not a number", fix)
     curves = results.get("position_curve", [])
     if not isinstance(curves, list):
@@ -355,6 +350,6 @@ def _check_sweep(results: dict[str, Any], broken: str, fix: str) -> None:
             start, end = (b.get("start"), b.get("end")) if isinstance(b, dict) else (None, None)
             whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end))
             mean = b.get("mean_nll") if isinstance(b, dict) else None
-            if not whole or not 0 <= start < end or (mean is not None and not _number(mean)):
+            if not whole or not 0 <= start < end or (mean is not None and not is_number(mean)):
                 raise fail(f"{broken}: results.position_curve[{i}].buckets[{j}] is not a bucket [start, end) with "
                            "0 <= start < end and a mean_nll", fix)  # fmt: skip

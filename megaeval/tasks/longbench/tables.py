@@ -7,12 +7,12 @@ refused in one line naming the field, never a traceback. It imports nothing of r
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from ...errors import fail
 from ...metrics.longbench import BUCKETS, GROUPS, LANGUAGES, leaderboard_missing
+from ...text import is_number
 
 FIX = "pass an unedited report written by megaeval --out"
 FIGURES = ("overall", "easy", "hard", "short", "medium", "long")
@@ -21,12 +21,8 @@ Part = tuple[str, list[str], list[list[str]]]
 Check = tuple[Callable[[Any], bool], str]
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-NUMBER: Check = (_number, "a number")
-NUMBER_OR_NULL: Check = (lambda v: v is None or _number(v), "a number or null")
+NUMBER: Check = (is_number, "a number")
+NUMBER_OR_NULL: Check = (lambda v: v is None or is_number(v), "a number or null")
 COUNT: Check = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count")
 TEXT: Check = (lambda v: isinstance(v, str), "a text")
 BOOLEAN: Check = (lambda v: isinstance(v, bool), "true or false")

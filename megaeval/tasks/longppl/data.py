@@ -8,7 +8,6 @@ identity and the settings, so that a large evaluator runs once (`longppl --save-
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from ...errors import fail
 from ...files import file_sha256
 from ...metrics.longppl import DEFAULT_SETTINGS, KeySettings
 from ...runs.settings import ignored_flag
-from ...text import read_json
+from ...text import is_number, read_json
 from ..data import Document
 
 KEY_FILE_KIND = "megaeval-longppl-key-tokens"
@@ -91,7 +90,7 @@ def read_key_file(path: str | Path) -> dict[str, Any]:
     for name in SETTING_NAMES:
         value = settings.get(name)
         whole = name in ("trunc_len", "sliding_window")
-        good = _count(value) and value >= 1 if whole else _number(value)
+        good = _count(value) and value >= 1 if whole else is_number(value)
         if not good:
             kind = "a whole number of tokens of at least 1" if whole else "a finite number"
             raise fail(f"key-token file {path}: settings.{name} must be {kind}, got {_shown(value)}", REMAKE)
@@ -140,10 +139,6 @@ def check_chars(held: dict[str, Any], text: str, path: str | Path, number: int) 
                    f"({held['id']}) has {len(text)} characters", REMAKE)  # fmt: skip
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _count(value: Any) -> bool:
     """A whole number >= 0 as JSON holds one (True is an int in Python, and not a count)."""
     return type(value) is int and value >= 0
@@ -182,7 +177,7 @@ def key_settings(given: Any, held: dict[str, Any] | None, path: str | None) -> K
             value = held["settings"][name]
         default = DEFAULT_SETTINGS[name]
         out[name] = default if value is None else value
-        if name in ("alpha", "beta") and not _number(out[name]):
+        if name in ("alpha", "beta") and not is_number(out[name]):
             raise fail(f"{flag} must be a finite number, got {out[name]}", f"pass {flag} {default:g}")
         if name in ("trunc_len", "sliding_window") and not (float(out[name]).is_integer() and out[name] >= 1):
             raise fail(f"{flag} must be a positive number of tokens, got {out[name]}", f"pass {flag} {default}")
