@@ -15,6 +15,7 @@ FILES = {  # path in FastChat -> name in suites/mtbench
     "fastchat/llm_judge/data/judge_prompts.jsonl": "judge_prompts.jsonl",
     "fastchat/llm_judge/data/mt_bench/question.jsonl": "question.jsonl",
     "fastchat/llm_judge/data/mt_bench/reference_answer/gpt-4.jsonl": "reference_answer/gpt-4.jsonl",
+    "LICENSE": "LICENSE.FASTCHAT",
 }
 README = """# MT-Bench data from FastChat
 
@@ -25,9 +26,9 @@ These files are copied byte for byte from [lm-sys/FastChat](https://github.com/l
 |---|---|---|
 {rows}
 
-FastChat is licensed under the Apache License 2.0 (Copyright the FastChat authors, LMSYS). The questions, the
-reference answers and the judge prompts are theirs (Zheng et al., "Judging LLM-as-a-Judge with MT-Bench and
-Chatbot Arena", NeurIPS 2023); megaeval reads them as they are.
+FastChat is licensed under the Apache License 2.0 (Copyright the FastChat authors, LMSYS; its text is
+`LICENSE.FASTCHAT`). The questions, the reference answers and the judge prompts are theirs (Zheng et al.,
+"Judging LLM-as-a-Judge with MT-Bench and Chatbot Arena", NeurIPS 2023); megaeval reads them as they are.
 """
 
 

@@ -63,6 +63,10 @@ def _model_block(spec: Any) -> Block:
 
 
 MODEL = _model_block(ModelOpt)
+# `megaeval mtbench`: the model is one of three starting points, with no default
+MODEL_ANSWERING = _model_block(Annotated[str | None, typer.Option(
+    "--model", help="The model that answers: a checkpoint dir, FAMILY:PATH, embedded:NAME or openai:URL (or --answers, "
+    "or --judgments).")])  # fmt: skip
 MODEL_ARGUMENT = _model_block(ModelArg)  # `megaeval info [MODEL]`: the model is the argument
 
 BosOpt = Annotated[

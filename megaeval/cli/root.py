@@ -9,7 +9,20 @@ from collections import Counter
 import typer
 
 from ..console import error_line, interrupt_on_sigterm, interrupted_line
-from . import academic, babilong, info, longbench, longppl, needle, ppl_sweep, prep_books, report, ruler, scrolls
+from . import (
+    academic,
+    babilong,
+    info,
+    longbench,
+    longppl,
+    mtbench,
+    needle,
+    ppl_sweep,
+    prep_books,
+    report,
+    ruler,
+    scrolls,
+)
 from .exits import exit_process
 from .options import bare_chat_template
 
@@ -80,7 +93,7 @@ for _name, _command in (
     ("info", info.info), ("prep-books", prep_books.prep_books), ("ppl-sweep", ppl_sweep.ppl_sweep),
     ("scrolls", scrolls.scrolls), ("academic", academic.academic), ("needle", needle.needle), ("ruler", ruler.ruler),
     ("babilong", babilong.babilong), ("longbench", longbench.longbench), ("longppl", longppl.longppl),
-    ("report", report.report), ("plot", report.plot),
+    ("mtbench", mtbench.mtbench), ("report", report.report), ("plot", report.plot),
 ):  # fmt: skip
     app.command(_name, cls=_Command)(_command)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import fail
-from ..scoring.answering import Answerer, Query, Rule
-from ..scoring.chat import ChatTemplate, chat_bos, select_template
+from ..scoring.answering import Answerer, Rule, chat_query, chat_template_of
+from ..scoring.chat import ChatTemplate
 from ..scoring.decoding import GREEDY, Decoding, check_temperature
 from ..text import iter_jsonl
 from .parse import rating, verdict
@@ -80,12 +80,7 @@ class Judge:
     def __init__(self, answerer: Answerer, settings: JudgeSettings = JudgeSettings(), cache: str | Path | None = None):
         self.answerer, self.settings, self.cache = answerer, settings, JudgeCache(cache)
         lm = answerer.lm
-        chat_api = getattr(lm, "prompt_format", None) == "messages"
-        self.template: ChatTemplate | None = None
-        if not chat_api:  # the turns are rendered here, with the judge's own template
-            self.template = select_template(lm, None)
-        elif getattr(getattr(lm.tokenizer, "tok", None), "chat_template", None):
-            self.template = select_template(lm, None)  # to count the tokens the server's template makes
+        self.template: ChatTemplate | None = chat_template_of(lm)  # None: a chat API renders the turns itself
         self.asked = 0  # requests this judge sent (cached replies are not asked again)
         # what identifies its replies (a cache key's first part): its model, its template, its settings
         model = getattr(lm, "model_name", None) or lm.weights_sha256()
@@ -100,17 +95,18 @@ class Judge:
                 "prompts": {p.name: p.sha256 for p in prompts},
                 "cache": str(self.cache.path) if self.cache.path else None}  # fmt: skip
 
-    def judge(self, asks: list[tuple[JudgePrompt, dict[str, str]]]) -> list[Judgment]:
+    def judge(self, asks: list[tuple[JudgePrompt, dict[str, str]]], rows: int = 1) -> list[Judgment]:
         """The judge's reply to each (prompt, fields), in order: from the cache where it answered before, else
-        asked (all that are new, together)."""
+        asked (all that are new, together; a model in this process decodes `rows` of them at once)."""
         turns = [prompt.render(fields) for prompt, fields in asks]
         keys = [self._key(t) for t in turns]
         new = [i for i, k in enumerate(keys) if k not in self.cache.replies]
         if new:
-            queries = [self._query(turns[i], f"judging with {asks[i][0].name}, request {i + 1}") for i in new]
+            queries = [chat_query(self.answerer.lm, self.template, turns[i], f"judging with {asks[i][0].name}, "
+                                  f"request {i + 1}") for i in new]  # fmt: skip
             seeds = tuple(int(keys[i][:12], 16) for i in new) if self.settings.temperature > 0 else None
             decoding = Decoding(self.settings.temperature, seeds) if seeds else GREEDY
-            answers, _ = self.answerer.answer(queries, Rule(self.settings.max_tokens, (), decoding))
+            answers, _ = self.answerer.answer(queries, Rule(self.settings.max_tokens, (), decoding), rows=rows)
             for i, answer in zip(new, answers, strict=True):
                 self.cache.add(keys[i], answer.text)
             self.asked += len(new)
@@ -123,13 +119,3 @@ class Judge:
 
     def _key(self, turns: tuple[dict[str, str], ...]) -> str:
         return hashlib.sha256(json.dumps([self.identity, turns], sort_keys=True).encode()).hexdigest()
-
-    def _query(self, turns: tuple[dict[str, str], ...], name: str) -> Query:
-        """The turns as the judge is asked them: as messages (a chat API), and rendered by its template here."""
-        lm = self.answerer.lm
-        if self.template is None:  # a chat API without a local template: ids only count the texts
-            ids = lm.tokenizer.encode("\n".join(t["content"] for t in turns))
-            return Query(ids, None, turns, name)
-        text = self.template.render(list(turns))
-        bos = [lm.tokenizer.bos_id] if chat_bos(lm, "auto", text) else []
-        return Query([*bos, *lm.tokenizer.encode(text)], text, turns, name)

@@ -128,7 +128,7 @@ def _check_sections(report: dict[str, Any], path: Path) -> None:
         raise fail(f"{path}: data.samples_sha256 is {digest!r:.40}, not a sha256", fix)
 
 
-COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl", "babilong", "longbench")
+COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl", "babilong", "longbench", "mtbench")
 TASK_SUMMARIES = ("average", "average_of")  # results keys of a task report that are not tasks
 
 
@@ -281,8 +281,19 @@ def _check_longbench(results: dict[str, Any], path: Path, fix: str) -> None:
     """A longbench report's tables, read as `report` reads them (tasks.longbench.tables: one description)."""
     from ..tasks.longbench.tables import longbench_parts  # imports nothing of runs/: no circle
 
+    _read_as_tables(longbench_parts, results, path)
+
+
+def _check_mtbench(results: dict[str, Any], path: Path, fix: str) -> None:
+    """An mtbench report's tables, read as `report` reads them (tasks.mtbench.tables: one description)."""
+    from ..tasks.mtbench.tables import mtbench_parts  # imports nothing of runs/: no circle
+
+    _read_as_tables(mtbench_parts, results, path)
+
+
+def _read_as_tables(parts: Any, results: dict[str, Any], path: Path) -> None:
     try:
-        longbench_parts(results)
+        parts(results)
     except MegaevalError as e:
         raise MegaevalError(f"{path} is not a complete megaeval report: {e}") from None  # e names the fix
 
@@ -304,6 +315,9 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
         return
     if report.get("command") == "longbench":
         _check_longbench(results, path, fix)
+        return
+    if report.get("command") == "mtbench":
+        _check_mtbench(results, path, fix)
         return
     if report.get("command") != "ppl-sweep":
         _check_tasks(results, broken, fix)

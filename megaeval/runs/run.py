@@ -198,12 +198,12 @@ def open_run(
 
 def open_answerer(
     spec: str | None, model_args: dict[str, Any], device: str = "cpu", dtype: str = "float32",
-    journal: Journal | None = None,
+    journal: Journal | None = None, role: str = "judge",
 ) -> Answerer:  # fmt: skip
-    """An answerer for a model besides a run's own (a judge): served (its answers journaled in `journal`, when given),
-    or loaded in this process."""
+    """An answerer for a model besides a run's own (a judge): served (its answers journaled in `journal`, when given,
+    marked with `role`), or loaded in this process."""
     if is_served(spec):
-        return ServedAnswerer(open_served(spec, model_args), journal)
+        return ServedAnswerer(open_served(spec, model_args), journal, role)
     return LocalAnswerer(load_model(spec, device=device, dtype=dtype, **model_options(spec, model_args)))
 
 

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..models.base import State, StreamingLM
-from .chat import ChatFormat, conversation, single_turn
+from .chat import ChatFormat, ChatTemplate, chat_bos, conversation, select_template, single_turn
 from .decoding import GREEDY, Decoding, Generation
 from .generate import decode_rows, generate_branches, read_prompts, read_rate, rows_per_batch
 from .loglik import read_prefix
@@ -152,3 +152,25 @@ def chat_messages(chat: ChatFormat, text: str) -> tuple[dict[str, str], ...]:
 def generation_facts(gen: Generation) -> dict[str, Any]:
     """What a samples line adds for an answer a server gave (finish_reason, usage, latency); nothing otherwise."""
     return dict(gen.served or {})
+
+
+def chat_template_of(lm: StreamingLM, name: str | None = None, system: str | None = None) -> ChatTemplate | None:
+    """The template chat turns are rendered with: the model's own (`name`: one of several), required for a model
+    asked a rendered prompt; for a chat API, its local tokenizer's where it has one (to count the tokens the server's
+    template makes), else None (the server renders them)."""
+    chat_api = getattr(lm, "prompt_format", None) == "messages"
+    if chat_api and not getattr(getattr(lm.tokenizer, "tok", None), "chat_template", None):
+        return None
+    return select_template(lm, name, system)
+
+
+def chat_query(lm: StreamingLM, template: ChatTemplate | None, turns: Sequence[dict[str, str]], name: str,
+               bos: str = "auto") -> Query:  # fmt: skip
+    """Chat turns as a model is asked them: the messages (a chat API's server renders them), and the prompt
+    `template` renders from them here, BOS by `bos` (the policy); without a template, ids only count the texts."""
+    messages = tuple(dict(t) for t in turns)
+    if template is None:
+        return Query(lm.tokenizer.encode("\n".join(t["content"] for t in turns)), None, messages, name)
+    text = template.render(list(messages))
+    start = [lm.tokenizer.bos_id] if chat_bos(lm, bos, text) else []
+    return Query([*start, *lm.tokenizer.encode(text)], text, messages, name)

@@ -259,3 +259,12 @@ def chat_bos(lm: StreamingLM, policy: str, text: str) -> bool:
     if policy != "auto":
         return resolve_bos(lm, policy)
     return resolve_bos(lm, "auto") and not writes_bos(lm, text)
+
+
+def turn_end_ids(lm: StreamingLM) -> tuple[int, ...]:
+    """The ids besides the tokenizer's EOS that end a chat model's turn, as `generate` stops at them: a transformers
+    model's generation_config.json `eos_token_id` list (Llama 3's <|eot_id|>, say); none for other models."""
+    config = getattr(getattr(lm, "model", None), "generation_config", None)
+    ids = getattr(config, "eos_token_id", None)
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    return tuple(int(i) for i in ids if isinstance(i, int) and i != lm.tokenizer.eos_id)

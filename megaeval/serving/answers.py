@@ -26,15 +26,23 @@ FINISH = {"stop": "eos", "length": "length", "eos": "eos", "eos_token": "eos", "
 
 
 class ServedAnswerer:
-    """Answers of `lm` (a ServedModel); answered requests go to `journal` (a run's resume journal, or None)."""
+    """Answers of `lm` (a ServedModel); answered requests go to `journal` (a run's resume journal, or None), marked
+    with `role` (a run's model, or its judge: one journal may hold both, and each reports its own)."""
 
-    def __init__(self, lm: ServedModel, journal: Any | None = None):
-        self.lm, self.journal = lm, journal
+    def __init__(self, lm: ServedModel, journal: Any | None = None, role: str = "model"):
+        self.lm, self.journal, self.role = lm, journal, role
         self.concurrency = lm.server.concurrency
         self.requests_sent = 0  # requests this process sent (a journaled answer is not sent again)
         self.from_journal = 0  # answers a resumed run found journaled
         # every answer of the run by request key, this process's and those an interrupted one journaled
         self.answered: dict[str, dict[str, Any]] = journal.requests if journal is not None else {}
+
+    def keep_in(self, journal: Any | None) -> None:
+        """Journal answered requests in `journal` from now on (a judge opened before its run's journal was)."""
+        self.journal = journal
+        if journal is not None:
+            journal.requests.update(self.answered)
+            self.answered = journal.requests
 
     def rows(self, setting: str | int, length: int) -> int:
         """Prompts given at once (`--batch-size`: auto, or N): auto keeps every request slot busy, four times over,
@@ -146,7 +154,7 @@ class ServedAnswerer:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for future in done:
                         i = pending.pop(future)
-                        responses[i] = future.result()
+                        responses[i] = {**future.result(), "_role": self.role}
                         self.requests_sent += 1
                         if self.journal is not None:
                             self.journal.add_request(keys[i], responses[i])
@@ -214,7 +222,7 @@ class ServedAnswerer:
         resumed run records what an uninterrupted one would): how many, the tokens the server counted, prompts it
         counted otherwise than megaeval built them, latency per request, generated tokens per second of requests;
         and of this process: requests sent, answers found journaled, tries made again."""
-        answers = list(self.answered.values())
+        answers = [a for a in self.answered.values() if a.get("_role", "model") == self.role]
         usage = [a.get("usage") if isinstance(a.get("usage"), dict) else {} for a in answers]
         tokens = {name: sum(u[name] for u in usage if isinstance(u.get(name), int))
                   for name in ("prompt_tokens", "completion_tokens")}  # fmt: skip

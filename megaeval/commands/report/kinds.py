@@ -11,6 +11,7 @@ from ...errors import fail
 from ...runs.report import TASK_SUMMARIES, load_report
 from ...tables import format_length, format_value, render_table, report_label, unique_labels
 from ...tasks.longbench.tables import longbench_parts
+from ...tasks.mtbench.tables import mtbench_parts
 
 SWEEP_METRICS = ("ppl", "longppl", "n_key_tokens", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second",
                  "peak_memory_bytes", "model_flops_per_token", "achieved_tflops", "mfu")  # fmt: skip
@@ -178,6 +179,19 @@ def longbench_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str 
     return "".join(out)
 
 
+def mtbench_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """MT-Bench reports, each as show_result.py's table (a row per model judged) and the category means; as csv,
+    one table whose rows name their report and table."""
+    out, csv_rows = [], []
+    for report, label in zip(reports, labels, strict=True):
+        for title, header, rows in mtbench_parts(report["results"]):
+            csv_rows += [[label, title, *header], *([label, title, *row] for row in rows)]
+            out.append(f"{label}: {title}\n{render_table(header, rows, fmt)}")
+    if fmt == "csv":
+        return render_table(["report", "table", "row", "values"], [r[:3] + [" ".join(r[3:])] for r in csv_rows], fmt)
+    return "".join(out)
+
+
 def _percent(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
@@ -239,6 +253,9 @@ KINDS = {
     ),
     "longbench": ReportKind(
         "LongBench", lambda reports, labels, fmt, _: longbench_tables(reports, labels, fmt), "longbench_section", False
+    ),
+    "mtbench": ReportKind(
+        "MT-Bench", lambda reports, labels, fmt, _: mtbench_tables(reports, labels, fmt), "mtbench_section", False
     ),
 }
 

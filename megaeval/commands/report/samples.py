@@ -111,11 +111,18 @@ def browser_rows(records: list[dict[str, Any]], report: dict[str, Any], run: str
         rows.append({
             "run": run, "task": task, "id": shown, "length": _place(r.get("length")), "depth": _place(r.get("depth")),
             "score": score, "correct": None if score is None or kind == "longppl" else bool(score >= 1 - 1e-9),
-            "prompt_head": _cut(_text(r.get("prompt_head"))), "prompt_tail": _cut(_text(r.get("prompt_tail"))),
+            "prompt_head": _cut(_text(_ends(kind, r)[0])), "prompt_tail": _cut(_text(_ends(kind, r)[1])),
             "prediction": _cut(_prediction(kind, r, metric)), "references": _cut(_references(kind, r)),
             "detail": _detail(kind, r),
         })  # fmt: skip
     return rows
+
+
+def _ends(kind: str, r: dict[str, Any]) -> tuple[Any, Any]:
+    """What the page shows as a prompt's head and tail: an MT-Bench sample's first and last question turns."""
+    if kind == "mtbench" and isinstance(r.get("questions"), list) and r["questions"]:
+        return r["questions"][0], r["questions"][-1] if len(r["questions"]) > 1 else None
+    return r.get("prompt_head"), r.get("prompt_tail")
 
 
 def _id(value: Any) -> str:
@@ -156,6 +163,10 @@ def _score(kind: str, r: dict[str, Any], metric: str | None, where: str) -> floa
         return _number(r.get("longppl"), where, "longppl")
     if kind in ("needle", "ruler", "babilong", "longbench"):
         return _number(r.get("score"), where, "score")
+    if kind == "mtbench":  # the mean of its turns' ratings (1-10; -1 or null: none), as a fraction
+        scores = r.get("scores") if isinstance(r.get("scores"), list) else []
+        rated = [_number(v, where, "scores[]") for v in scores if v is not None and v != -1]
+        return sum(rated) / len(rated) / 10 if rated else None
     if kind == "scrolls":  # its samples hold scores x 100
         scores = r.get("scores") or {}
         if not isinstance(scores, dict):
@@ -171,6 +182,8 @@ def _score(kind: str, r: dict[str, Any], metric: str | None, where: str) -> floa
 def _prediction(kind: str, r: dict[str, Any], metric: str | None) -> str:
     """What the model answered. An academic multiple-choice sample: the choice each metric made, the headline
     metric's first (acc and acc_norm may pick different choices)."""
+    if kind == "mtbench":
+        return _joined(r.get("answers"))
     target, prediction = r.get("target"), r.get("prediction")
     if kind != "academic" or not isinstance(prediction, int) or isinstance(prediction, bool) or "target" not in r:
         return _text(prediction)
@@ -194,6 +207,8 @@ def _references(kind: str, r: dict[str, Any]) -> str:
         return _joined(r.get("answers")) if "answers" in r else _text(r.get("answer"))
     if kind == "academic" and "target" in r:
         return f"choice {_text(r['target'])}"
+    if kind == "mtbench":
+        return _joined(r.get("judgments"))
     return _joined(r.get("references"))
 
 
@@ -206,7 +221,8 @@ def _detail(kind: str, r: dict[str, Any]) -> str:
             "scrolls": ("prompt_tokens", "truncated_tokens", "stop_reason"),
             "needle": ("prompt_tokens", "stop_reason"), "ruler": ("prompt_tokens", "stop_reason"),
             "babilong": ("question", "prompt_tokens", "stop_reason"),
-            "longbench": ("pred", "prompt_tokens", "tokens_dropped", "stop_reason")}[kind]  # fmt: skip
+            "longbench": ("pred", "prompt_tokens", "tokens_dropped", "stop_reason"),
+            "mtbench": ("model", "scores")}[kind]  # fmt: skip
     return _cut(", ".join(f"{k} {_text(r[k])}" for k in keys if r.get(k) is not None))
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from ...runs.report import TASK_SUMMARIES
 from ...tables import format_length, format_value
-from .kinds import documents, longbench_parts
-from .svg import heatmap, line_chart
+from .kinds import documents, longbench_parts, mtbench_parts
+from .svg import heatmap, line_chart, radar_chart
 
 
 def table(header: list[str], rows: list[list[str]], classes: list[list[str]] | None = None, name: str = "") -> str:
@@ -136,12 +136,32 @@ def babilong_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
 
 def longbench_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     """LongBench: per run, its official tables (v1's scores and leaderboard, LongBench-E's buckets, v2's figures)."""
+    return "".join(_tables(longbench_parts(report["results"]), label, "longbench")
+                   for report, label in zip(reports, labels, strict=True))  # fmt: skip
+
+
+def _tables(parts: list[tuple[str, list[str], list[list[str]]]], label: str, kind: str) -> str:
+    """A run's (title, header, rows) tables, each under its heading."""
+    out = []
+    for k, (title, header, rows) in enumerate(parts):
+        out.append(f"<h3>{escape(label)}: {escape(title)}</h3>")
+        out.append(table([escape(h) for h in header], [[escape(c) for c in row] for row in rows],
+                         name=f"{kind}-{label}-{k}"))  # fmt: skip
+    return "".join(out)
+
+
+def mtbench_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """MT-Bench: per run, show_result.py's table, the category means and their radar chart (every model judged)."""
+    from ...tasks.mtbench.tables import mtbench_models
+
     parts = []
     for report, label in zip(reports, labels, strict=True):
-        for k, (title, header, rows) in enumerate(longbench_parts(report["results"])):
-            parts.append(f"<h3>{escape(label)}: {escape(title)}</h3>")
-            parts.append(table([escape(h) for h in header], [[escape(c) for c in row] for row in rows],
-                               name=f"longbench-{label}-{k}"))  # fmt: skip
+        parts.append(_tables(mtbench_parts(report["results"]), label, "mtbench"))
+        models = mtbench_models(report["results"])
+        axes = list(dict.fromkeys(c for r in models.values() for c in (r["categories"] or {})))
+        series = [(m, r["categories"]) for m, r in models.items() if r["categories"]]
+        if series:
+            parts.append(radar_chart(axes, series, f"{label}: MT-Bench by category (0-10)"))
     return "".join(parts)
 
 

@@ -126,3 +126,51 @@ def _shade(value: float) -> str:
     low, high = (8, 29, 88), (255, 255, 204)
     r, g, b = (round(a + (c - a) * v) for a, c in zip(low, high, strict=True))
     return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def radar_chart(
+    axes: list[str], series: list[tuple[str, dict[str, float | None]]], title: str, top: float = 10.0
+) -> str:  # fmt: skip
+    """An SVG radar chart (MT-Bench's picture): one spoke per axis from 0 at the centre to `top` at the rim, and per
+    (label, values) a closed line through its values, with its own colour, dash and marker; a missing value sits at
+    the centre and is not marked."""
+    if len(axes) < 3 or not series:
+        return f'<p class="note">{escape(title)}: a radar chart needs three categories or more</p>'
+    size, radius = 520, 170
+    cx, cy = size / 2 - 60, size / 2 + 10
+
+    def at(k: int, value: float) -> tuple[float, float]:
+        angle = math.pi / 2 - 2 * math.pi * k / len(axes)
+        r = radius * min(max(value, 0.0), top) / top
+        return cx + r * math.cos(angle), cy - r * math.sin(angle)
+
+    out = [f'<svg class="chart radar" role="img" viewBox="0 0 {size} {size}" width="{size}" height="{size}" '
+           f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+           f'<text x="{size / 2:.0f}" y="16" text-anchor="middle" class="title">{escape(title)}</text>']  # fmt: skip
+    for ring in (0.25, 0.5, 0.75, 1.0):
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (at(k, ring * top) for k in range(len(axes))))
+        out.append(f'<polygon points="{points}" fill="none" stroke="#ddd"/>')
+        x, y = at(0, ring * top)
+        out.append(f'<text x="{x + 4:.1f}" y="{y + 4:.1f}" class="tick">{ring * top:g}</text>')
+    for k, axis in enumerate(axes):
+        x, y = at(k, top)
+        lx, ly = at(k, top * 1.12)
+        anchor = "middle" if abs(lx - cx) < 10 else "start" if lx > cx else "end"
+        out.append(f'<line x1="{cx:.1f}" y1="{cy:.1f}" x2="{x:.1f}" y2="{y:.1f}" stroke="#ccc"/>')
+        out.append(f'<text x="{lx:.1f}" y="{ly + 4:.1f}" text-anchor="{anchor}">{escape(axis)}</text>')
+    for i, (label, values) in enumerate(series):
+        colour, dash = COLOURS[i % len(COLOURS)], DASHES[i % len(DASHES)]
+        points = [at(k, values.get(a) or 0.0) for k, a in enumerate(axes)]
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+        style = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<g class="series" data-label="{escape(label)}"><polygon points="{path}" fill="{colour}" '
+                   f'fill-opacity="0.08" stroke="{colour}" stroke-width="2"{style}/>')  # fmt: skip
+        out += [_marker(MARKERS[i % len(MARKERS)], x, y, colour) for (x, y), a in zip(points, axes, strict=True)
+                if values.get(a) is not None]  # fmt: skip
+        out.append("</g>")
+        ly = 40 + 18 * i
+        out.append(f'<line x1="{size - 150}" y1="{ly}" x2="{size - 126}" y2="{ly}" stroke="{colour}" '
+                   f'stroke-width="2"{style}/>{_marker(MARKERS[i % len(MARKERS)], size - 138, ly, colour)}'
+                   f'<text x="{size - 120}" y="{ly + 4}">{escape(label)}</text>')  # fmt: skip
+    out.append("</svg>")
+    return "".join(out)

@@ -124,3 +124,17 @@ def assert_close_records(actual, expected, rel: float, where: str = "") -> None:
 def read_jsonl(path: Path) -> list:
     """The records of a JSONL file."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def tiny_chat_model(folder: Path, template: str) -> str:
+    """embedded:transformer-tiny (max_context 512, no BOS by default) at `folder`, its files linked, with `template`
+    as the chat template of its tokenizer_config.json: the spec `hf:FOLDER`."""
+    from megaeval.models import ASSETS
+
+    source = ASSETS / "transformer-tiny"
+    folder.mkdir(parents=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"):
+        (folder / name).symlink_to(source / name)
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    return f"hf:{folder}"

@@ -11,11 +11,10 @@ import pytest
 
 from megaeval import MegaevalError, load_model
 from megaeval.commands.scrolls import ScrollsSettings, run_scrolls
-from megaeval.models import ASSETS
 from megaeval.scoring.chat import ChatFormat, chat_bos, select_template
 from megaeval.tasks.scrolls.docs import Example, PromptForm, fit_few_shot, fit_prompt, shares_prefix
 from megaeval.tasks.scrolls.evaluate import opening
-from megaeval_testing import AUSTEN
+from megaeval_testing import AUSTEN, tiny_chat_model
 from megaeval_testing.scrolls_runs import run_recording
 
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
@@ -28,13 +27,7 @@ FIRST = Example("v1", "Who is Anne?", "Anne Elliot is the second daughter.", ["A
 @pytest.fixture
 def chat_model(tmp_path):
     """embedded:transformer-tiny (max_context 512, no BOS by default) with TEMPLATE in its tokenizer_config.json."""
-    folder, source = tmp_path / "chat-model", ASSETS / "transformer-tiny"
-    folder.mkdir()
-    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"):
-        (folder / name).symlink_to(source / name)
-    config = json.loads((source / "tokenizer_config.json").read_text())
-    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TEMPLATE}))
-    return f"hf:{folder}"
+    return tiny_chat_model(tmp_path / "chat-model", TEMPLATE)
 
 
 def write_data(folder, validation: list[Example], train: list[Example]):

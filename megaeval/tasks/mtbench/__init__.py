@@ -1,0 +1,1 @@
+"""MT-Bench (FastChat llm_judge): questions, answers, judge matches, results."""
