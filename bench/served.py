@@ -11,9 +11,12 @@ through the same local server, at the same concurrency: wall time, requests, pro
 
     pip install "lm-eval[api]==0.4.13"   # local-completions needs the api extra (tenacity, aiohttp)
     python bench/served.py --lengths 1024,2048 --num-samples 8 --concurrency 2
+    # llama.cpp's server on the wheel's GGUF (llama-cpp-python[server] in its own environment, PY its python)
+    python bench/served.py --server llama-cpp --llama-python PY --lengths 1024,2048 --num-samples 8
 
-transformers serve takes text prompts only, so both clients send text (lm-eval: tokenized_requests=False; megaeval:
-prompt=auto finds it out). RULER's own `scripts/pred/call_api.py` cannot be run against a local server here: its
+transformers serve takes text prompts only, so there both clients send text (lm-eval: tokenized_requests=False;
+megaeval: prompt=auto finds it out); llama.cpp's server takes token ids, and both send ids (tokenized_requests=True).
+RULER's own `scripts/pred/call_api.py` cannot be run against a local server here: its
 `openai` client looks the model up in a fixed table of OpenAI models, needs OPENAI_API_KEY and AZURE_* variables and
 tiktoken's cl100k_base (a download), and its `vllm` client posts to vLLM's own /generate endpoint.
 """
@@ -46,6 +49,29 @@ def megaeval(args: list[str], cwd: Path) -> float:
     return time.perf_counter() - start
 
 
+def server_model(url: str) -> str:
+    """The name the server serves its one model under (/v1/models)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/models", timeout=30) as r:
+        return json.loads(r.read())["data"][0]["id"]
+
+
+def prompt_key(prompt: object) -> str:
+    """A prompt as a key: its text, or its ids (one prompt: lm-eval sends ids as a list of one list)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+        prompt = prompt[0]
+    return prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+
+
+def prompt_size(prompt: object) -> int:
+    """A prompt's size as sent: characters of a text, or ids."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    return sum(len(p) if isinstance(p, list) else 1 for p in prompt)  # type: ignore[union-attr]
+
+
 def harness_tasks(data: Path, out: Path, lengths: list[int]) -> list[str]:
     """One lm-eval YAML task per (task, length) reading megaeval's instance files: the prompt RULER's API client sends
     (input, then answer prefix), greedy, stopping at EOS, RULER's generation budget."""
@@ -68,17 +94,26 @@ def main() -> None:
     parser.add_argument("--lengths", default="1024,2048")
     parser.add_argument("--num-samples", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--server", choices=("transformers", "llama-cpp"), default="transformers")
+    parser.add_argument("--llama-python", default=None, help="the python of an environment with llama-cpp-python")
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
-    from megaeval_testing.servers import FaultProxy, served, smollm2_folder
+    from megaeval_testing import smollm2
+    from megaeval_testing.servers import FaultProxy, llama_cpp_served, served, smollm2_folder
 
     folder = smollm2_folder()
+    ids = args.server == "llama-cpp"
     work = Path(tempfile.mkdtemp(prefix="megaeval-served-bench-"))
     tasks = ",".join(TASKS)
     megaeval(["ruler", "--prepare-only", "--tokenizer", f"hf:{folder}", "--write-data", "data", "--tasks", tasks,
               "--lengths", args.lengths, "--num-samples", str(args.num_samples), "--no-progress"], work)  # fmt: skip
     rows = []
-    with served(folder, work / "server.log") as server:
+    if ids:
+        gguf_folder, gguf = smollm2()
+        serving = llama_cpp_served(args.llama_python or sys.executable, gguf_folder / gguf, work / "server.log")
+    else:
+        serving = served(folder, work / "server.log")
+    with serving as server:
         proxy = FaultProxy(server.url)
         seconds = megaeval(["ruler", "--data-dir", "data", "--tasks", tasks, "--lengths", args.lengths,
                             "--num-samples", str(args.num_samples), "--model", f"openai:{proxy.url}", "--model-args",
@@ -88,8 +123,9 @@ def main() -> None:
         proxy.posts.clear()
         (work / "tasks").mkdir()
         names = harness_tasks(work / "data", work / "tasks", lengths)
-        model_args = (f"base_url={proxy.url}/completions,model={folder},tokenizer={folder},tokenized_requests=False,"
-                      f"num_concurrent={args.concurrency},max_length=8192,eos_string={NO_STOP}")  # fmt: skip
+        model_args = (f"base_url={proxy.url}/completions,model={server_model(proxy.url)},tokenizer={folder},"
+                      f"tokenized_requests={ids},num_concurrent={args.concurrency},max_length=8192,"
+                      f"eos_string={NO_STOP}")  # fmt: skip
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
                                model_args, "--tasks", ",".join(names), "--include_path", str(work / "tasks"),
@@ -105,14 +141,15 @@ def main() -> None:
             )
         )
         proxy.close()
-    print("| client | seconds | requests | prompt characters sent | ratio to megaeval |")
+    unit = "tokens" if ids else "characters"
+    print(f"| client | seconds | requests | prompt {unit} sent | ratio to megaeval |")
     print("|---|---:|---:|---:|---:|")
     for name, seconds, posts in rows:
-        chars = sum(len(p["body"].get("prompt", "")) for p in posts)
-        print(f"| {name} | {seconds:.1f} | {len(posts)} | {chars:,} | {seconds / rows[0][1]:.2f} |")
-    text = {p["body"]["prompt"]: p["response"]["choices"][0]["text"] for p in rows[1][2]}
-    same = [p["body"]["prompt"] in text for p in rows[0][2]]
-    equal = sum(text.get(p["body"]["prompt"]) == p["response"]["choices"][0]["text"] for p in rows[0][2])
+        sent = sum(prompt_size(p["body"].get("prompt", "")) for p in posts)
+        print(f"| {name} | {seconds:.1f} | {len(posts)} | {sent:,} | {seconds / rows[0][1]:.2f} |")
+    text = {prompt_key(p["body"]["prompt"]): p["response"]["choices"][0]["text"] for p in rows[1][2]}
+    same = [prompt_key(p["body"]["prompt"]) in text for p in rows[0][2]]
+    equal = sum(text.get(prompt_key(p["body"]["prompt"])) == p["response"]["choices"][0]["text"] for p in rows[0][2])
     print(
         f"\nthe same prompt text sent by both: {sum(same)} of {len(same)}; the same answer text: {equal}; "
         f"work folder {work}"

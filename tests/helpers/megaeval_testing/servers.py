@@ -63,14 +63,16 @@ def smollm2_folder() -> Path:
 
 
 class Server:
-    """`transformers serve FOLDER` on a free localhost port, float32 on the CPU: `url` is its /v1 base."""
+    """`transformers serve FOLDER` on a free localhost port, float32 on the CPU (or, given `argv`, that command with
+    PORT replaced by the port): `url` is its /v1 base."""
 
-    def __init__(self, folder: Path, log: Path):
+    def __init__(self, folder: Path, log: Path, argv: list[str] | None = None):
         self.folder, self.port = folder, free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         binary = Path(sys.executable).parent / "transformers"
-        argv = [str(binary), "serve", str(folder), "--host", "127.0.0.1", "--port", str(self.port), "--dtype",
-                "float32", "--device", "cpu", "--log-level", "warning"]  # fmt: skip
+        argv = [a.replace("PORT", str(self.port)) for a in argv] if argv else [
+            str(binary), "serve", str(folder), "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32",
+            "--device", "cpu", "--log-level", "warning"]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("MEGAEVAL_SERVER_THREADS", "2")}
         self._log = open(log, "wb")
         self.process = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env,
@@ -82,13 +84,13 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {self.process.returncode}: {self.log_tail()}")
+                raise RuntimeError(f"the server exited with {self.process.returncode}: {self.log_tail()}")
             with contextlib.suppress(OSError, ValueError):
                 with urllib.request.urlopen(self.url + "/models", timeout=5) as r:
                     if json.loads(r.read()).get("data"):
                         return
             time.sleep(1)
-        raise RuntimeError(f"transformers serve did not answer in {timeout} s: {self.log_tail()}")
+        raise RuntimeError(f"the server did not answer in {timeout} s: {self.log_tail()}")
 
     def log_tail(self) -> str:
         self._log.flush()
@@ -116,7 +118,8 @@ class FaultProxy:
     """An HTTP proxy on a free localhost port in front of `upstream` (a /v1 base URL): it forwards every request,
     logs POSTs (path, body, Authorization header), and before forwarding a POST takes the next planned fault, if
     any: "429" or "500" (answered at once, with a Retry-After of 0 for 429), "slow:S" (answered after S seconds, so
-    that a client's timeout fires), "echo-key" (a 400 whose message repeats the Authorization header). `down()`
+    that a client's timeout fires, never forwarded), "echo-key" (a 400 whose message repeats the Authorization
+    header), "pass" (forwarded as without a fault: planned faults for later requests). `down()`
     makes every later request fail to connect-reset; `up()` undoes it."""
 
     def __init__(self, upstream: str):
@@ -167,6 +170,7 @@ class FaultProxy:
         if body is not None:
             with self._lock:
                 fault = self.faults.pop(0) if self.faults else None
+                fault = None if fault == "pass" else fault
                 entry = {"path": handler.path, "body": json.loads(body), "forwarded": fault is None,
                          "authorization": handler.headers.get("Authorization")}  # fmt: skip
                 self.posts.append(entry)
@@ -212,6 +216,20 @@ class FaultProxy:
 def served(folder: Path, log: Path) -> Iterator[Server]:
     """A running `transformers serve` of `folder`, stopped on exit."""
     server = Server(folder, log)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def llama_cpp_served(python: str, gguf: Path, log: Path, context: int = 8192) -> Iterator[Server]:
+    """llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`, from the environment of `python`)
+    serving `gguf` on one free localhost port, stopped on exit: it takes token ids and stop strings."""
+    threads = os.environ.get("MEGAEVAL_SERVER_THREADS", "2")
+    argv = [python, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", "PORT",
+            "--n_ctx", str(context), "--n_threads", threads, "--n_threads_batch", threads]  # fmt: skip
+    server = Server(gguf.parent, log, argv)
     try:
         yield server
     finally:
