@@ -11,11 +11,14 @@ through the same local server, at the same concurrency: wall time, requests, pro
 
     pip install "lm-eval[api]==0.4.13"   # local-completions needs the api extra (tenacity, aiohttp)
     python bench/served.py --lengths 1024,2048 --num-samples 8 --concurrency 2
-    # llama.cpp's server on the wheel's GGUF (llama-cpp-python[server] in its own environment, PY its python)
+    # llama-cpp-python's server on the wheel's GGUF (llama-cpp-python[server] in its own environment, PY its python)
     python bench/served.py --server llama-cpp --llama-python PY --lengths 1024,2048 --num-samples 8
+    # a server already running (vLLM, SGLang on a GPU: vllm serve FOLDER --port 8000), its model's folder as FOLDER
+    python bench/served.py --url http://127.0.0.1:8000/v1 --folder FOLDER --ids --concurrency 32 --num-samples 64
 
-transformers serve takes text prompts only, so there both clients send text (lm-eval: tokenized_requests=False;
-megaeval: prompt=auto finds it out); llama.cpp's server takes token ids, and both send ids (tokenized_requests=True).
+Both servers here take text prompts only (llama-cpp-python 0.3.36 answers a prompt of ids with a 500), so both clients
+send text (lm-eval: tokenized_requests=False; megaeval: prompt=auto finds it out); llama-cpp-python's server, unlike
+transformers serve, takes lm-eval's stop strings, so lm-eval can run against it here.
 RULER's own `scripts/pred/call_api.py` cannot be run against a local server here: its
 `openai` client looks the model up in a fixed table of OpenAI models, needs OPENAI_API_KEY and AZURE_* variables and
 tiktoken's cl100k_base (a download), and its `vllm` client posts to vLLM's own /generate endpoint.
@@ -24,12 +27,14 @@ tiktoken's cl100k_base (a download), and its `vllm` client posts to vLLM's own /
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "helpers"))  # megaeval_testing: the server, the proxy, SmolLM2's folder
@@ -96,19 +101,24 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--server", choices=("transformers", "llama-cpp"), default="transformers")
     parser.add_argument("--llama-python", default=None, help="the python of an environment with llama-cpp-python")
+    parser.add_argument("--url", default=None, help="a running server's /v1 base URL (instead of starting one)")
+    parser.add_argument("--folder", default=None, help="with --url: the served model's folder (its tokenizer)")
+    parser.add_argument("--ids", action="store_true", help="the server takes token ids: lm-eval sends ids too")
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
     from megaeval_testing import smollm2
     from megaeval_testing.servers import FaultProxy, llama_cpp_served, served, smollm2_folder
 
-    folder = smollm2_folder()
-    ids = args.server == "llama-cpp"
+    folder = Path(args.folder) if args.folder else smollm2_folder()
+    llama = args.server == "llama-cpp"
     work = Path(tempfile.mkdtemp(prefix="megaeval-served-bench-"))
     tasks = ",".join(TASKS)
     megaeval(["ruler", "--prepare-only", "--tokenizer", f"hf:{folder}", "--write-data", "data", "--tasks", tasks,
               "--lengths", args.lengths, "--num-samples", str(args.num_samples), "--no-progress"], work)  # fmt: skip
     rows = []
-    if ids:
+    if args.url:
+        serving = contextlib.nullcontext(SimpleNamespace(url=args.url.rstrip("/")))
+    elif llama:
         gguf_folder, gguf = smollm2()
         serving = llama_cpp_served(args.llama_python or sys.executable, gguf_folder / gguf, work / "server.log")
     else:
@@ -124,7 +134,7 @@ def main() -> None:
         (work / "tasks").mkdir()
         names = harness_tasks(work / "data", work / "tasks", lengths)
         model_args = (f"base_url={proxy.url}/completions,model={server_model(proxy.url)},tokenizer={folder},"
-                      f"tokenized_requests={ids},num_concurrent={args.concurrency},max_length=8192,"
+                      f"tokenized_requests={args.ids},num_concurrent={args.concurrency},max_length=8192,"
                       f"eos_string={NO_STOP}")  # fmt: skip
         start = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
@@ -141,8 +151,7 @@ def main() -> None:
             )
         )
         proxy.close()
-    unit = "tokens" if ids else "characters"
-    print(f"| client | seconds | requests | prompt {unit} sent | ratio to megaeval |")
+    print("| client | seconds | requests | prompt characters (or ids) sent | ratio to megaeval |")
     print("|---|---:|---:|---:|---:|")
     for name, seconds, posts in rows:
         sent = sum(prompt_size(p["body"].get("prompt", "")) for p in posts)

@@ -43,6 +43,10 @@ class Client:
         self.retried = 0
         self.sent = 0
 
+    def once(self) -> Client:
+        """The same client trying each request once (a probe whose refusal is an answer, not a fault)."""
+        return Client(self.base_url, self._key, self.timeout, 0, self._sleep)
+
     def scrub(self, text: str) -> str:
         """`text` with the API key written as ***."""
         return text.replace(self._key, "***") if self._key else text

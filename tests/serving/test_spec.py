@@ -127,3 +127,73 @@ def test_a_server_that_is_not_there_is_one_line_after_its_retries():
                               "completions after 4 tries (ConnectionRefusedError")  # fmt: skip
     assert "--resume sends only the requests not yet answered" in message and "sk-secret" not in message
     assert waits == [0.5, 1.0, 2.0] and client.retried == 3 and client.scrub("Bearer sk-secret") == "Bearer ***"
+
+
+class StubServer:
+    """A localhost OpenAI-compatible stub serving model "m": /v1/completions answers a text prompt, and answers a
+    prompt of ids with `ids_status` (llama-cpp-python's server refuses ids with a 500; vLLM takes them: 200)."""
+
+    def __init__(self, ids_status: int, text_status: int = 200):
+        import http.server
+        import threading
+
+        self.prompts: list = []
+        stub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status: int, obj: dict) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self.reply(200, {"data": [{"id": "m"}]})
+
+            def do_POST(self):
+                prompt = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["prompt"]
+                stub.prompts.append(prompt)
+                status = ids_status if isinstance(prompt, list) else text_status
+                if status != 200:
+                    return self.reply(status, {"detail": "prompt: Input should be a valid string"})
+                self.reply(200, {"model": "m", "choices": [{"text": "!", "finish_reason": "length"}]})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(("ids_status", "expected"), [(200, "ids"), (422, "text"), (500, "text")])
+def test_prompt_auto_asks_once_whether_the_server_reads_ids_and_else_sends_text(ids_status, expected):
+    from megaeval.models import ASSETS
+    from megaeval.serving.model import open_served
+
+    stub = StubServer(ids_status)
+    try:
+        lm = open_served(f"openai:{stub.url}", {"tokenizer": str(ASSETS / "transformer-tiny"), "retries": 3})
+        assert lm.prompt_format == expected
+        assert [isinstance(p, list) for p in stub.prompts] == ([True, False] if ids_status == 500 else [True])
+    finally:
+        stub.close()
+
+
+def test_a_server_that_refuses_both_forms_of_the_probe_is_one_line():
+    from megaeval.models import ASSETS
+    from megaeval.serving.model import open_served
+
+    stub = StubServer(500, text_status=404)
+    try:
+        refusal = r"refuses a one-token completion, its prompt as ids and as text \(HTTP 404: prompt: Input should"
+        with pytest.raises(MegaevalError, match=refusal + r" be a valid string\); check --model-args model=NAME"):
+            open_served(f"openai:{stub.url}", {"tokenizer": str(ASSETS / "transformer-tiny")})
+    finally:
+        stub.close()
