@@ -43,10 +43,6 @@ class Client:
         self.retried = 0
         self.sent = 0
 
-    def once(self) -> Client:
-        """The same client trying each request once (a probe whose refusal is an answer, not a fault)."""
-        return Client(self.base_url, self._key, self.timeout, 0, self._sleep)
-
     def scrub(self, text: str) -> str:
         """`text` with the API key written as ***."""
         return text.replace(self._key, "***") if self._key else text
@@ -55,11 +51,12 @@ class Client:
         """The JSON a GET of `path` answers."""
         return self._call(path, None, what)
 
-    def post(self, path: str, body: dict[str, Any], what: str) -> Any:
-        """The JSON a POST of `body` to `path` answers; a refusal raises RequestError."""
-        return self._call(path, body, what)
+    def post(self, path: str, body: dict[str, Any], what: str, retry_5xx: bool = True) -> Any:
+        """The JSON a POST of `body` to `path` answers; a refusal raises RequestError (a 5xx too, without
+        `retry_5xx`: a probe that some servers refuse with a 500)."""
+        return self._call(path, body, what, retry_5xx)
 
-    def _call(self, path: str, body: dict[str, Any] | None, what: str) -> Any:
+    def _call(self, path: str, body: dict[str, Any] | None, what: str, retry_5xx: bool = True) -> Any:
         url = self.base_url + path
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -79,7 +76,7 @@ class Client:
                 return self._json(raw, what)
             except urllib.error.HTTPError as e:
                 message = self._message(e)
-                if e.code not in RETRIED_STATUS and e.code < 500:
+                if e.code not in RETRIED_STATUS and (e.code < 500 or not retry_5xx):
                     raise RequestError(e.code, message) from None
                 last = f"HTTP {e.code}: {message}"
                 wait = max(wait, _retry_after(e.headers.get("Retry-After")))

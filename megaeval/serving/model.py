@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..errors import MegaevalError, fail
+from ..errors import fail
 from ..models import load_tokenizer, naming
 from ..models.base import State, StreamingLM
 from .client import Client, RequestError
@@ -95,22 +95,20 @@ def open_served(spec: str, model_args: dict[str, Any]) -> ServedModel:
 
 
 def _prompt_format(server: ServerSpec, client: Client, tokenizer: Any, model: str) -> str:
-    """How prompts go: messages (chat); ids or text as asked; under auto, ids if the server takes a prompt of ids
-    (tried once), text if it refuses them (a 4xx); after a 5xx or no answer (llama-cpp-python answers ids with a
-    500), text once the same prompt as text is answered (with the usual retries: a server that answers neither is
-    a fault)."""
+    """How prompts go: messages (chat); ids or text as asked; under auto, ids if the server takes a prompt of ids,
+    text if it refuses them (a 4xx); a 5xx (llama-cpp-python answers ids with a 500) is not tried again but read as
+    a refusal once the same prompt as text is answered (a server that answers neither is a fault)."""
     if server.api == "chat":
         return "messages"
     if server.prompt != "auto":
         return server.prompt
     body = {"model": model, "prompt": tokenizer.encode(PROBE), "max_tokens": 1, "temperature": 0.0}
     try:
-        client.once().post("/completions", body, f"asking {server.base_url} whether it reads token ids")
+        client.post("/completions", body, f"asking {server.base_url} whether it reads token ids", retry_5xx=False)
         return "ids"
-    except RequestError:
-        return "text"
-    except MegaevalError:
-        pass
+    except RequestError as e:
+        if e.status < 500:
+            return "text"
     try:
         client.post("/completions", {**body, "prompt": PROBE}, f"asking {server.base_url} for a completion")
     except RequestError as e:

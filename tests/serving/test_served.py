@@ -200,7 +200,7 @@ def test_a_killed_run_resumes_without_sending_an_answered_request_again(proxy, f
 def test_429s_and_500s_are_retried_and_the_run_recovers(proxy, folder, tmp_path):
     """A 429 and two 500s, each tried again: the run ends as if none had happened (the in-process run's answers)."""
     ok(megaeval([*NEEDLE, "--model", f"hf:{folder}", "--out", "l.json", "--samples", "l.jsonl"], tmp_path))
-    proxy.faults = ["429", "500", "500"]
+    proxy.faults = ["pass", "429", "500", "500"]  # the probe (is it ids?) passes; then the run's requests
     ok(megaeval([*NEEDLE, *spec(proxy, folder), "--out", "r.json", "--samples", "r.jsonl"], tmp_path))
     assert answers(tmp_path / "r.jsonl") == answers(tmp_path / "l.jsonl")
     assert json.loads((tmp_path / "r.json").read_text())["environment"]["serving"]["this_process"]["retried"] == 3
