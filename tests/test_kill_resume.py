@@ -205,11 +205,11 @@ def progress(out: Path) -> int:
     """Units (batches, examples, documents) the run writing `out` has finished, read from its resume journal
     `OUT.partial.jsonl` (a fingerprint line, then a line per unit; a line still being written is not counted); -1
     while there is none."""
-    try:
-        text = out.with_name(out.name + ".partial.jsonl").read_text(encoding="utf-8")
+    try:  # bytes: a line being written may end inside a UTF-8 character
+        data = out.with_name(out.name + ".partial.jsonl").read_bytes()
     except FileNotFoundError:
         return -1
-    return max(text.count("\n") - 1, 0)
+    return max(data.count(b"\n") - 1, 0)
 
 
 def kill_when(world: World, job: Job, folder: Path, at: int, resume: bool) -> int:
