@@ -1525,7 +1525,7 @@ def test_a_second_run_on_a_live_runs_output_is_refused_naming_the_process(base, 
     journal = ctx.out.with_name(ctx.out.name + ".partial.jsonl")
     first = cli.start(fmt_argv(PPL + " --batch-size 1", _Fields(ctx, base)), ctx.work)
     try:
-        assert wait_for(lambda: journal.exists() and journal.read_text().count("\n") >= 2, first)
+        assert wait_for(lambda: journal.exists() and journal.read_bytes().count(b"\n") >= 2, first)
         os.kill(first.pid, signal.SIGSTOP)  # alive, holding its journal, going nowhere
         for extra in ("", " --resume"):
             second = cli.run(fmt_argv(PPL + " --batch-size 1" + extra, _Fields(ctx, base)), ctx.work)

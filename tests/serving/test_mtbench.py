@@ -63,7 +63,7 @@ def test_served_answers_equal_in_process_ones_and_a_run_killed_while_judging_ask
         journal = tmp_path / "served.json.partial.jsonl"
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and run.poll() is None:
-            if len(second.posts) >= 7 and journal.read_text().count('"_role": "judge"') >= 2:
+            if len(second.posts) >= 7 and journal.read_bytes().count(b'"_role": "judge"') >= 2:
                 break
             time.sleep(0.05)
         run.send_signal(signal.SIGKILL)

@@ -171,7 +171,7 @@ def wait_for_answers(journal: Path, count: int, run: subprocess.Popen) -> None:
     """Until the run's journal holds `count` answered requests (or the run ends)."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and run.poll() is None:
-        if journal.is_file() and journal.read_text().count('"request"') >= count:
+        if journal.is_file() and journal.read_bytes().count(b'"request"') >= count:
             return
         time.sleep(0.05)
 
