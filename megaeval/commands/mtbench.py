@@ -39,7 +39,7 @@ from ..scoring.requests import bos_policy
 from ..serving.spec import answer_settings
 from ..tasks.mtbench import data as mt
 from ..tasks.mtbench.data import Answers, Judgment, Question, key
-from ..tasks.mtbench.matches import PROMPTS, Match, make_matches
+from ..tasks.mtbench.matches import PROMPTS, Match, check_references, make_matches
 from ..tasks.mtbench.results import UNRATED
 from .mtbench_files import (
     Inputs,
@@ -48,7 +48,6 @@ from .mtbench_files import (
     check_models,
     default_id,
     judgments_path,
-    need_reference,
     read_inputs,
     results_of,
     safe_name,
@@ -165,8 +164,8 @@ def run_mtbench(settings: MtbenchSettings, progress: bool = True, on_unit=None) 
             check_files(settings, reads, {"the judgment file": judgments_path(settings, _judge_id(settings, judge))})
             model = {"spec": None, "answers": {a.model: {"path": str(a.path), "sha256": a.sha256} for a in answers}}
             return _judge_and_finish(run, settings, inputs, answers, judge, model)
-    if settings.judge is not None and inputs.reference is None:
-        need_reference(inputs, settings)
+    if settings.judge is not None:
+        check_references(inputs.questions, inputs.reference)  # refused before the model answers anything
     judges: list[Judge] = []
 
     def check(lm: Any) -> dict[str, Any]:

@@ -72,16 +72,6 @@ def read_inputs(settings: Any) -> Inputs:
     return Inputs(questions, asked, data, reference, prompts)
 
 
-def need_reference(inputs: Inputs, settings: Any) -> None:
-    """Refuse, before any work, a judged run whose questions need reference answers that --data lacks."""
-    needs = [q for q in inputs.questions if q.category in mt.NEED_REF_CATS]
-    if needs:
-        path = mt.data_folder(settings.data) / "reference_answer" / f"{settings.reference}.jsonl"
-        raise fail(f"question {needs[0].question_id!r} ({needs[0].category}) is judged against a reference answer, "
-                   f"and {path} does not exist",
-                   "pass --reference NAME naming a file of --data's reference_answer/")  # fmt: skip
-
-
 def check_models(answers: list[Answers]) -> None:
     """Refuse two answer files of one name: FastChat names a model by its file, and two would be one model."""
     names = [a.model for a in answers]

@@ -47,6 +47,13 @@ def make_matches(questions: list[Question], answers: list[Answers], reference: A
     return matches
 
 
+def check_references(questions: list[Question], reference: Answers | None) -> None:
+    """Refuse, before any work, questions judged against a reference answer that `reference` lacks."""
+    for q in questions:
+        if q.category in NEED_REF_CATS:
+            reference_turns(reference, q)
+
+
 def reference_turns(reference: Answers | None, question: Question) -> tuple[str, ...]:
     """The reference answer's turns for a question that needs one, or one line naming what is missing."""
     if reference is None:

@@ -285,3 +285,16 @@ def test_two_ranks_under_torchrun_answer_and_judge_as_one_process(chat_model, tm
     for sub in ("model_answer/tiny-chat.jsonl", "model_judgment/tiny-chat_single.jsonl"):
         strip = [{k: v for k, v in line.items() if k != "tstamp"} for line in lines(tmp_path / "one" / sub)]
         assert [{k: v for k, v in line.items() if k != "tstamp"} for line in lines(tmp_path / "two" / sub)] == strip
+
+
+@pytest.mark.parametrize("reference", [None, ["only the first turn"]], ids=["no-reference-file", "one-turn-reference"])
+def test_a_reference_the_judge_needs_and_lacks_is_refused_before_the_model_answers(chat_model, tmp_path, reference):
+    data = tmp_path / "data"
+    (data / "reference_answer").mkdir(parents=True)
+    (data / "question.jsonl").write_text(json.dumps({"question_id": 7, "category": "math", "turns": ["1+1?", "2+2?"]}))
+    if reference is not None:
+        (data / "reference_answer" / "gpt-4.jsonl").write_text(json.dumps(
+            {"question_id": 7, "model_id": "gpt-4", "choices": [{"index": 0, "turns": reference}]}))  # fmt: skip
+    with pytest.raises(MegaevalError, match=r"question 7 \(math\)"):
+        run_mtbench(settings_for(chat_model, tmp_path, data=str(data)), progress=False)
+    assert not (tmp_path / "files").exists() and not (tmp_path / "r.json.partial.jsonl").exists()
