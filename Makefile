@@ -19,8 +19,9 @@ $(VENV)/.installed: pyproject.toml
 
 # pytest exits 5 when it collects nothing: say so, and fail (a silent pass would hide a broken setup).
 # One pytest-xdist worker per core, each computing on one thread (tests/conftest.py), a test file per worker at a
-# time (its module fixtures built once): on 2 cores about half the wall time of one process.
-XDIST ?= -n auto --dist loadfile
+# time (its module fixtures built once), the longest files first (tests/conftest.py's HEAVY_FIRST): on 2 cores
+# about half the wall time of one process.
+XDIST ?= -n auto --dist loadfile --no-loadscope-reorder
 # The HTML page's browser test (tests/commands/report/test_page.py) needs headless Chromium: Debian's package, installed here
 # when it is missing (as root, or through sudo); with MEGAEVAL_REQUIRE_BROWSER=1 the test fails rather than skips.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -29,7 +30,11 @@ browser:
 	$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
 	>/dev/null; }
 
+# Byte-compiled once here: with PYTHONDONTWRITEBYTECODE set (as on some machines), every one of the hundreds of
+# `megaeval` processes the tests start would otherwise compile megaeval's sources again (0.1-0.3 s each).
+BYTECODE = $(BIN)/python -m compileall -q megaeval kernels data_prep suites >/dev/null
 test: setup browser
+	@$(BYTECODE)
 	@MEGAEVAL_REQUIRE_BROWSER=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; failing"; fi; exit $$rc
 
@@ -54,11 +59,14 @@ $(VENV)/.installed-all: $(VENV)/.installed
 
 TIER = MEGAEVAL_REQUIRE_BROWSER=1 MEGAEVAL_REQUIRE_OPTIONAL=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)
 test-slow: setup-all browser
+	@$(BYTECODE)
 	$(TIER) -m slow
 test-integration: setup-all
+	@$(BYTECODE)
 	$(TIER) -m integration
 # Both tiers in one pytest run: its workers share them, so neither waits for the other's longest test.
 test-all: setup-all browser
+	@$(BYTECODE)
 	$(TIER) -m "slow or integration"
 
 # The embedded zoo, offline: a tiny MEGALODON, RFA, Transformer and Mamba-2 (same tokenizer, same five Austen

@@ -57,6 +57,47 @@ def pytest_make_collect_report(collector):
     _required(outcome.get_result())
 
 
+# Files whose tests take longest together (pytest --durations, 2026-11-29), heaviest first. `make test` gives each
+# pytest-xdist worker whole files (--dist loadfile) in collection order (--no-loadscope-reorder): these go first so
+# that no worker is still in one of them while the other has finished, then the rest, most tests first.
+HEAVY_FIRST = [
+    "test_hostile_inputs.py",
+    "distributed/test_commands.py",
+    "test_kill_resume.py",
+    "test_golden_outputs.py",
+    "tasks/longppl/test_longppl.py",
+    "test_batched_generation.py",
+    "serving/test_served.py",
+    "tasks/longppl/test_reference.py",
+    "tasks/academic/test_academic.py",
+    "test_harness.py",
+    "distributed/test_hf_sequence_parallel.py",
+    "tasks/academic/test_chat.py",
+    "serving/test_mtbench.py",
+    "serving/test_judge.py",
+    "test_sweep.py",
+    "kernels/test_cema.py",
+    "kernels/test_timestep_norm.py",
+]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Order the files for pytest-xdist (see HEAVY_FIRST); the tests of a file keep their order."""
+    tests = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    files: dict[str, int] = {}
+    for item in items:
+        name = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else str(item.path)
+        files[name] = files.get(name, 0) + 1
+    order = {name: (rank.get(name, len(rank)), -count, i) for i, (name, count) in enumerate(files.items())}
+
+    def key(item) -> tuple:
+        path = item.path
+        return order[path.relative_to(tests).as_posix() if path.is_relative_to(tests) else str(path)]
+
+    items.sort(key=key)  # stable: a file's tests stay in their order
+
+
 @pytest.fixture(scope="session")
 def sp_model(tmp_path_factory) -> Path:
     """A 512-piece sentencepiece model trained on the start of Persuasion."""

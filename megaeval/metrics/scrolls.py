@@ -21,8 +21,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rouge_score import rouge_scorer
+if TYPE_CHECKING:
+    from rouge_score import rouge_scorer
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 METRICS = ("f1", "geometric_rouge")
@@ -99,6 +101,10 @@ def exact_match(prediction: str, references: Sequence[str]) -> float:
 
 @cache
 def _rouge_scorer() -> rouge_scorer.RougeScorer:
+    # imported here: rouge_score brings nltk and scipy (1.5 s), which a run without ROUGE, or one that stops on
+    # bad input, never needs
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=False)
 
 

@@ -227,7 +227,7 @@ def test_needle_sharing_each_prompt_over_two_ranks_equals_one_process(sweep_inpu
 
 def test_ruler_on_two_ranks_one_at_a_time_equals_one_process_in_batches(sweep_inputs, tmp_path):
     ckpt, _ = sweep_inputs
-    args = ["ruler", "--model", str(ckpt), "--tasks", "niah_single_1,fwe", "--lengths", "1K,2K", "--num-samples",
+    args = ["ruler", "--model", str(ckpt), "--tasks", "niah_single_1,fwe", "--lengths", "1K", "--num-samples",
             "2", "--dtype", "float64"]  # fmt: skip
     one = megaeval(*args, "--batch-size", "2", "--out", str(tmp_path / "one.json"), "--samples",
                    str(tmp_path / "one.jsonl"))  # fmt: skip
@@ -242,7 +242,7 @@ def test_ruler_on_two_ranks_one_at_a_time_equals_one_process_in_batches(sweep_in
 @pytest.mark.slow  # long (two ranks, whole commands): run with -m slow
 def test_ruler_sharing_each_prompt_over_two_ranks_equals_one_process(sweep_inputs, tmp_path):
     ckpt, _ = sweep_inputs
-    args = ["ruler", "--model", str(ckpt), "--tasks", "niah_single_1,fwe", "--lengths", "1K,2K", "--num-samples",
+    args = ["ruler", "--model", str(ckpt), "--tasks", "niah_single_1,fwe", "--lengths", "1K", "--num-samples",
             "2", "--dtype", "float64"]  # fmt: skip
     one = megaeval(*args, "--out", str(tmp_path / "one.json"), "--samples", str(tmp_path / "one.jsonl"))
     assert one.returncode == 0, one.stderr

@@ -52,7 +52,7 @@ import numpy, torch
 with torch.device("meta"):
     torch.nn.Embedding(8, 4)
 for _name in ("typer", "click", "rich.console", "rich.progress", "rich.table", "sentencepiece", "yaml", "triton",
-              "triton.language", "pyarrow.parquet", "pandas", "datasets"):
+              "triton.language", "pyarrow.parquet", "pandas", "datasets", "rouge_score.rouge_scorer"):
     try:
         __import__(_name)
     except Exception:

@@ -506,7 +506,7 @@ def test_every_request_matches_lm_eval(tmp_path, monkeypatch):
 
 @pytest.mark.integration
 def test_default_settings_give_lm_eval_decisions_on_smollm2(tmp_path, monkeypatch):
-    """SmolLM2-135M (GGUF), both tools with their defaults, on the first 5 sample documents of every task (of
+    """SmolLM2-135M (GGUF), both tools with their defaults, on the first 3 sample documents of every task (of
     two MMLU subjects): lm-evaluation-harness's HFLM decisions (its own process_results) and answers, and its
     log-likelihoods within 2e-3. SmolLM2's tokenizer adds no BOS, so neither the harness nor `--bos auto` does.
     (bench/academic_vs_harness.py compares every sample document.)"""
@@ -517,7 +517,7 @@ def test_default_settings_give_lm_eval_decisions_on_smollm2(tmp_path, monkeypatc
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     folder, gguf = smollm2()
     data = harness_data(tmp_path)
-    limit = 5
+    limit = 3
     settings = AcademicSettings(model=f"hf:{folder}", model_args={"gguf_file": gguf}, data_dir=str(data), limit=limit,
                                 out=str(tmp_path / "r.json"), samples=str(tmp_path / "s.jsonl"))  # fmt: skip
     report = run_academic(settings, progress=False)

@@ -16,7 +16,7 @@ from megaeval import MegaevalError, load_model
 from megaeval.commands.longppl import LongpplSettings, run_longppl
 from megaeval_testing import AUSTEN, read_jsonl
 
-TEXTS = [(AUSTEN / name).read_text(encoding="utf-8")[start : start + 6000]
+TEXTS = [(AUSTEN / name).read_text(encoding="utf-8")[start : start + 4500]
          for name, start in (("emma.txt", 30_000), ("persuasion.txt", 50_000))]  # fmt: skip
 KEY = dict(trunc_len=128, sliding_window=96)
 
