@@ -26,10 +26,11 @@ def file_sha256(path: str | Path) -> str:
 
 
 def files_sha256(files: list[Path]) -> str:
-    """sha256 of one file, or of several files' "name:sha256" in the given order (a checkpoint's weight files)."""
+    """sha256 of one file, or of several files' "name:sha256" in the given order (a checkpoint's weight files),
+    each remembered while its file is unchanged (`cached_file_sha256`: a model's load need not read gigabytes)."""
     if len(files) == 1:
-        return file_sha256(files[0])
-    digests = [f"{p.name}:{file_sha256(p)}" for p in files]
+        return cached_file_sha256(files[0])
+    digests = [f"{p.name}:{cached_file_sha256(p)}" for p in files]
     return hashlib.sha256(" ".join(digests).encode()).hexdigest()
 
 

@@ -32,6 +32,26 @@ T = TypeVar("T")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
+def empty_model(build: Callable[[], T]) -> T:
+    """`build()` on the meta device with torch.nn.init's initializers skipped: the weights are the checkpoint's,
+    and a meta-device initializer such as normal_ runs a Python kernel whose first call imports torch._dynamo
+    (about 2 s of every process's start)."""
+    names = [n for n in dir(torch.nn.init) if n.endswith("_") and not n.startswith("_")]
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    for name in names:
+        setattr(torch.nn.init, name, _keep)
+    try:
+        with torch.device("meta"):
+            return build()
+    finally:
+        for name, function in saved.items():
+            setattr(torch.nn.init, name, function)
+
+
+def _keep(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+    return tensor
+
+
 def pickled_files(folder: Path) -> list[str]:
     """Names of the pickle-based weight files in `folder`, sorted."""
     return sorted(p.name for p in Path(folder).iterdir() if p.suffix in PICKLE_SUFFIXES)

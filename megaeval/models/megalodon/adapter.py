@@ -25,10 +25,11 @@ from typing import Any
 import torch
 
 from ...errors import fail
-from ...files import file_sha256, human_bytes
+from ...files import cached_file_sha256, human_bytes
 from ...kernels import select
 from ...tokenizers import SentencePieceTokenizer
 from ..chunked import ChunkedStreamingLM
+from ..weights import empty_model
 from . import checkpoint
 from .config import ModelArgs
 from .decode import StaticDecoder
@@ -164,7 +165,7 @@ class MegalodonLM(ChunkedStreamingLM):
         if self.info is None:
             return None
         if self._weights_sha256 is None:
-            digests = [file_sha256(p) for p in self.info.weight_files]
+            digests = [cached_file_sha256(p) for p in self.info.weight_files]
             self._weights_sha256 = (
                 digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(digests).encode()).hexdigest()
             )
@@ -252,8 +253,7 @@ def load(
     """Load an official-layout MEGALODON checkpoint directory."""
     info = checkpoint.read_info(path, tokenizer=tokenizer)
     tok = _checked_tokenizer(info)
-    with torch.device("meta"):
-        model = Megalodon(info.args)
+    model = empty_model(lambda: Megalodon(info.args))
     meta = model.state_dict()
     expected = {k: v.shape for k, v in meta.items()}
     state = checkpoint.load_state_dict(info, {k for k, v in meta.items() if v.is_floating_point()})

@@ -19,6 +19,7 @@ from ...tokenizers import tokenizer_option
 from ..chunked import ChunkedStreamingLM
 from ..hf.adapter import HFTokenizer
 from ..hf.checkpoint import read_tokenizer, transformers_module
+from ..weights import empty_model
 from . import checkpoint
 from .config import Architecture, architecture_of, hf_config
 
@@ -162,7 +163,6 @@ def load(path: str | Path, device: torch.device, dtype: torch.dtype, *, tokenize
     if tok.vocab_size > config.vocab_size:
         raise fail(f"{path}: the tokenizer has {tok.vocab_size} tokens but the model only {config.vocab_size}",
                    "pass the tokenizer this model was trained with (--model-args tokenizer=DIR)")  # fmt: skip
-    with torch.device("meta"):
-        model = model_class(config, chunk=CHUNKS.get(architecture.module, CHUNK))
+    model = empty_model(lambda: model_class(config, chunk=CHUNKS.get(architecture.module, CHUNK)))
     stored = checkpoint.load_weights(model, path, layout, dtype, device)
     return RecurrentLM(model, tok, architecture, path, layout, stored, tokenizer)

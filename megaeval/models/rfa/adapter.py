@@ -12,11 +12,11 @@ from typing import Any
 import torch
 
 from ...errors import fail
-from ...files import file_sha256, human_bytes
+from ...files import cached_file_sha256, human_bytes
 from ...kernels.nll import nll_from_logits
 from ...tokenizers import SentencePieceTokenizer
 from ..chunked import ChunkedStreamingLM
-from ..weights import refuse_integer_weights
+from ..weights import empty_model, refuse_integer_weights
 from .checkpoint import (
     CheckpointInfo,
     check_state_dict,
@@ -102,7 +102,7 @@ class RFALM(ChunkedStreamingLM):
         if self.info is None:
             return None
         if self._weights_sha256 is None:
-            self._weights_sha256 = file_sha256(self.info.weights_path)
+            self._weights_sha256 = cached_file_sha256(self.info.weights_path)
         return self._weights_sha256
 
     def parameter_count(self) -> int:
@@ -173,8 +173,7 @@ def load(path: str | Path, device: torch.device, dtype: torch.dtype, *, tokenize
     """Load an rfa checkpoint directory (config.json, model.safetensors, tokenizer)."""
     info = read_info(path, tokenizer=tokenizer)
     tok = _checked_tokenizer(info)
-    with torch.device("meta"):
-        model = RFAModel(info.config)
+    model = empty_model(lambda: RFAModel(info.config))
     meta = model.state_dict()
     expected = {k: v.shape for k, v in meta.items()}
     state = load_weights(info)
