@@ -11,6 +11,7 @@ from ...errors import fail
 from ...runs.report import TASK_SUMMARIES, load_report
 from ...tables import format_length, format_value, render_table, report_label, unique_labels
 from ...tasks.longbench.tables import longbench_parts
+from ...tasks.mrcr.tables import graphwalks_parts, mrcr_parts
 from ...tasks.mtbench.tables import mtbench_parts
 
 SWEEP_METRICS = ("ppl", "longppl", "n_key_tokens", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second",
@@ -192,6 +193,30 @@ def mtbench_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = 
     return "".join(out)
 
 
+def parts_tables(parts_of: Callable[[Any], list[Any]], reports: list[dict[str, Any]], labels: list[str],
+                 fmt: str = "table") -> str:  # fmt: skip
+    """Reports whose results read as (title, header, rows) tables, each table under its report's label; as csv, one
+    table whose rows name their report and table."""
+    out, csv_rows = [], []
+    for report, label in zip(reports, labels, strict=True):
+        for title, header, rows in parts_of(report["results"]):
+            csv_rows += [[label, title, *header], *([label, title, *row] for row in rows)]
+            out.append(f"{label}: {title}\n{render_table(header, rows, fmt)}")
+    if fmt == "csv":
+        return render_table(["report", "table", "row", "values"], [r[:3] + [" ".join(r[3:])] for r in csv_rows], fmt)
+    return "".join(out)
+
+
+def mrcr_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """MRCR reports: the mean grade per needle count and bin (the card's bins), and the records per cell."""
+    return parts_tables(mrcr_parts, reports, labels, fmt)
+
+
+def graphwalks_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """Graphwalks reports: the mean F1 per problem type and prompt_chars bucket, and the records per cell."""
+    return parts_tables(graphwalks_parts, reports, labels, fmt)
+
+
 def _percent(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
@@ -256,6 +281,15 @@ KINDS = {
     ),
     "mtbench": ReportKind(
         "MT-Bench", lambda reports, labels, fmt, _: mtbench_tables(reports, labels, fmt), "mtbench_section", False
+    ),
+    "mrcr": ReportKind(
+        "OpenAI MRCR", lambda reports, labels, fmt, _: mrcr_tables(reports, labels, fmt), "mrcr_section", False
+    ),
+    "graphwalks": ReportKind(
+        "Graphwalks",
+        lambda reports, labels, fmt, _: graphwalks_tables(reports, labels, fmt),
+        "graphwalks_section",
+        False,
     ),
 }
 
