@@ -36,8 +36,9 @@ from ..scoring.requests import bos_policy
 from ..tasks.graphwalks.data import Walk, read_walks
 from ..tasks.graphwalks.results import bucket_of, graphwalks_results
 from ..tasks.mrcr.prompts import RENDERS
-from .mrcr import read_responses, resolve_render
+from .mrcr import check_fit, read_responses, resolve_render
 
+FIT = "use a model with a longer context (or a smaller --max-new-tokens), or --limit/--data without the longest records"
 RUN_ONLY = ("max_new_tokens", "render", "chat_template", "temperature", "seed", "batch_size")
 
 
@@ -144,11 +145,8 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
 
     def compute_batch(batch: list[Walk]) -> list[dict[str, Any]]:
         queries = [walk_query(lm, template, chosen["render_effective"], w, settings.bos) for w in batch]
-        for w, q in zip(batch, queries, strict=True):
-            if lm.max_context is not None and len(q.ids) + settings.max_new_tokens > lm.max_context:
-                raise fail(f"Graphwalks record {w.id}: its prompt is {len(q.ids):,} tokens, and with --max-new-tokens "
-                           f"{settings.max_new_tokens:,} it passes {lm.spec}'s max_context {lm.max_context:,}",
-                           "use a model with a longer context, or a smaller --max-new-tokens")  # fmt: skip
+        for q in queries:
+            check_fit(lm, q, settings.max_new_tokens, FIT)
         seeds = None if settings.temperature == 0 else tuple(_seed(settings.seed, w.id) for w in batch)
         rule = Rule(settings.max_new_tokens, (), Decoding(settings.temperature, seeds, stop_ids=stop_ids))
         answers, measured = answer_measured(run, queries, rule, False, size, meter)
@@ -163,6 +161,10 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
         todo = [w for w in walks if w.id not in journal]
         return len(todo), len(walks), sum(w.prompt_chars // 4 for w in todo), len(todo) * settings.max_new_tokens
 
+    if lm.max_context is not None:  # every prompt fits before any is answered
+        for w in walks:
+            check_fit(lm, walk_query(lm, template, chosen["render_effective"], w, settings.bos),
+                      settings.max_new_tokens, FIT)  # fmt: skip
     announce_cost(run, "records", left_units, min(4096, lm.max_context or 4096), about=True)
     rows = run.map(walks, key=lambda w: w.id, compute=lambda w: compute_batch([w])[0], unit_name="chars",
                    weight=lambda w: w.prompt_chars + 1, describe=lambda w: w.problem_type, batch=size,

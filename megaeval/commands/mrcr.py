@@ -38,7 +38,7 @@ from ..scoring.requests import bos_policy
 from ..tasks.mrcr.data import Record, read_records, record_messages
 from ..tasks.mrcr.o200k import o200k
 from ..tasks.mrcr.prompts import RENDERS, plain_transcript
-from ..tasks.mrcr.results import BIN_BY, bin_high, bin_of, binned_tokens, mrcr_results
+from ..tasks.mrcr.results import BIN_BY, BINS, bin_high, bin_of, binned_tokens, mrcr_results
 from ..text import iter_jsonl
 
 RUN_ONLY = ("max_new_tokens", "render", "chat_template", "temperature", "seed", "batch_size")
@@ -109,13 +109,15 @@ class MrcrSettings(RunSettings):
 
 
 def select(records: list[Record], settings: MrcrSettings, max_length: int | None) -> tuple[list[Record], list[str]]:
-    """The records whose bin fits `max_length` (a bin is run whole or not at all), and the bins left out."""
+    """The records whose bin fits `max_length` (a bin is run whole or not at all; a record outside the card's bins by
+    its own count), and the bins left out."""
     if max_length is None:
         return records, []
     kept, left = [], []
     for r in records:
-        name = bin_of(binned_tokens(r, settings.bin_by))
-        if bin_high(name) <= max_length:
+        tokens = binned_tokens(r, settings.bin_by)
+        name = bin_of(tokens)
+        if (bin_high(name) if name in BINS else tokens) <= max_length:  # outside the bins: the record's own count
             kept.append(r)
         elif name not in left:
             left.append(name)
@@ -177,6 +179,16 @@ def _seed(seed: int, record_id: str) -> int:
     return int(hashlib.sha256(json.dumps([seed, record_id]).encode()).hexdigest()[:15], 16)
 
 
+MRCR_FIT = "pass a smaller --max-length (a bin's upper edge, in o200k_base tokens) or --max-new-tokens"
+
+
+def check_fit(lm: Any, query: Query, max_new_tokens: int, fix: str) -> None:
+    """Refuse a prompt that, with `max_new_tokens` to generate, passes a fixed-context model's context."""
+    if lm.max_context is not None and len(query.ids) + max_new_tokens > lm.max_context:
+        raise fail(f"{query.name}: its prompt is {len(query.ids):,} tokens, and with --max-new-tokens "
+                   f"{max_new_tokens:,} it passes {lm.spec}'s max_context {lm.max_context:,}", fix)  # fmt: skip
+
+
 def record_query(lm: Any, template: Any, render: str, record: Record, bos: str) -> Query:
     """A record's messages as the model is asked them: through `template` (or a chat API's server), else the plain
     transcript after BOS by the policy."""
@@ -204,11 +216,8 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
 
     def compute_batch(batch: list[Record]) -> list[dict[str, Any]]:
         queries = [record_query(lm, template, chosen["render_effective"], r, settings.bos) for r in batch]
-        for r, q in zip(batch, queries, strict=True):
-            if lm.max_context is not None and len(q.ids) + settings.max_new_tokens > lm.max_context:
-                raise fail(f"MRCR record {r.id}: its prompt is {len(q.ids):,} tokens, and with --max-new-tokens "
-                           f"{settings.max_new_tokens:,} it passes {lm.spec}'s max_context {lm.max_context:,}",
-                           "pass a smaller --max-length (or --max-new-tokens)")  # fmt: skip
+        for q in queries:
+            check_fit(lm, q, settings.max_new_tokens, MRCR_FIT)
         seeds = None if settings.temperature == 0 else tuple(_seed(settings.seed, r.id) for r in batch)
         rule = Rule(settings.max_new_tokens, (), Decoding(settings.temperature, seeds, stop_ids=stop_ids))
         answers, measured = answer_measured(run, queries, rule, False, size, meter)
@@ -223,6 +232,10 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
         todo = [r for r in records if r.id not in journal]
         return len(todo), len(records), sum(r.prompt_tokens for r in todo), len(todo) * settings.max_new_tokens
 
+    if lm.max_context is not None:  # every prompt fits before any is answered (a bin runs whole or not at all)
+        for r in records:
+            check_fit(lm, record_query(lm, template, chosen["render_effective"], r, settings.bos),
+                      settings.max_new_tokens, MRCR_FIT)  # fmt: skip
     announce_cost(run, "records", left_units, min(4096, lm.max_context or 4096), about=True)
     rows = run.map(records, key=lambda r: r.id, compute=lambda r: compute_batch([r])[0], unit_name="tokens",
                    weight=lambda r: r.prompt_tokens + 1, describe=lambda r: f"{r.needles} needles", batch=size,

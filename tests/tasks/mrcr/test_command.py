@@ -87,6 +87,19 @@ def test_the_messages_are_rendered_as_apply_chat_template_renders_them(tmp_path,
     assert query.messages == tuple(messages)  # what a chat API is sent: the messages as given, no system turn
 
 
+def test_a_fixed_context_model_runs_the_bins_that_fit_and_refuses_a_prompt_past_it_before_answering(tmp_path):
+    chat = tiny_chat_model(tmp_path / "chat", TEMPLATES["tags"])  # max_context 512
+    report = run_mrcr(settings(chat, tmp_path, max_new_tokens=4), progress=False)
+    assert report["settings"]["max_length_effective"] == 512 and report["data"]["left_out_bins"] == ["4K-8K"]
+    assert report["results"]["n"] == 5 and report["settings"]["render_effective"] == "template"
+    assert report["settings"]["chat_template_effective"]["name"] == "default"
+    late = settings(chat, tmp_path, max_new_tokens=100, out=str(tmp_path / "late.json"))
+    with pytest.raises(MegaevalError, match=r"MRCR record 4needle/4needle_0\.parquet#0: its prompt is 456 tokens, "
+                       r"and with --max-new-tokens 100 it passes .*max_context 512"):  # fmt: skip
+        run_mrcr(late, progress=False, on_unit=lambda done: pytest.fail("a record was answered"))
+    assert not (tmp_path / "late.json").exists()
+
+
 def test_resume_after_an_interruption_equals_one_pass(oracle, tmp_path):
     whole = run_mrcr(settings(oracle, tmp_path / "whole", batch_size=1), progress=False)
     part = settings(oracle, tmp_path, batch_size=1)
