@@ -25,8 +25,8 @@ def mrcr(
     data: Annotated[
         str | None,
         typer.Option(
-            help="openai/mrcr's files: a folder ({2,4,8}needle/*.parquet, or {2,4,8}needle.parquet), or one "
-            "file of records."
+            help="openai/mrcr's files (a folder of {2,4,8}needle/*.parquet or {2,4,8}needle.parquet, or one file), "
+            "or GDM MRCR v2's mrcr_v2p1_*.csv files."
         ),
     ] = None,
     predictions: Annotated[

@@ -7,6 +7,9 @@ unless --strip). Records are binned by their o200k_base tokens (`tasks.mrcr.o200
 and the means tabled per needle count and bin (`tasks.mrcr.results`). --max-length keeps the bins whose upper edge
 fits (default: the model's context; every bin for a state-carrying model). `--predictions FILE` grades a file of
 responses (JSONL: id, response; a --samples file is one) against the records, without a model.
+
+GDM MRCR v2's CSV files run the same way (`tasks.mrcr.data`): each record's flattened chat one user turn, its bin its
+file's, its score GDM's `mrcr_v2_metric`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, ClassVar
 from ..console import note_line
 from ..errors import fail
 from ..files import write_json_atomic, write_jsonl_atomic
-from ..metrics.mrcr import grade
+from ..metrics.mrcr import grade, mrcr_v2_metric
 from ..runs import Run, RunSettings, open_run
 from ..runs.answers import answer_measured, without_measurements
 from ..runs.cost import announce_cost
@@ -35,7 +38,7 @@ from ..scoring.chat import select_template, turn_end_ids
 from ..scoring.decoding import Decoding, check_temperature
 from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy
-from ..tasks.mrcr.data import Record, read_records, record_messages
+from ..tasks.mrcr.data import GDM_V2, Record, read_records, record_messages
 from ..tasks.mrcr.o200k import o200k
 from ..tasks.mrcr.prompts import RENDERS, plain_transcript
 from ..tasks.mrcr.results import BIN_BY, BINS, bin_high, bin_of, binned_tokens, mrcr_results
@@ -115,19 +118,35 @@ def select(records: list[Record], settings: MrcrSettings, max_length: int | None
         return records, []
     kept, left = [], []
     for r in records:
-        tokens = binned_tokens(r, settings.bin_by)
-        name = bin_of(tokens)
-        if (bin_high(name) if name in BINS else tokens) <= max_length:  # outside the bins: the record's own count
+        name = record_bin(r, settings)
+        inside = r.bin is not None or name in BINS  # a file's bin (GDM v2), or one of the card's
+        if (bin_high(name) if inside else binned_tokens(r, settings.bin_by)) <= max_length:
             kept.append(r)
         elif name not in left:
             left.append(name)
     return kept, left
 
 
+def record_bin(record: Record, settings: MrcrSettings) -> str:
+    """A record's bin: its file's (GDM v2), else the card's bin of its o200k_base count (--bin-by)."""
+    return record.bin or bin_of(binned_tokens(record, settings.bin_by))
+
+
+def check_release(records: list[Record], settings: MrcrSettings) -> None:
+    """Refuse the flags GDM v2's records would ignore: its metric strips the response itself, its files are its bins."""
+    if records[0].release != GDM_V2:
+        return
+    for flag, given in (("--strip", settings.strip), ("--bin-by", settings.bin_by != BIN_BY[0])):
+        if given:
+            raise fail(f"{flag} does not apply to GDM MRCR v2's records (it would be ignored: its metric strips the "
+                       "response itself, and each file is one bin)", f"drop {flag}")  # fmt: skip
+
+
 def run_mrcr(settings: MrcrSettings, progress: bool = True, on_unit=None) -> dict[str, Any] | None:
     """Answer and grade every record (or grade --predictions); write and return the report (rank 0)."""
     encoding = o200k()
     records, source = read_records(settings.data, encoding, settings.needle_counts, settings.limit)
+    check_release(records, settings)
     source = {**source, "o200k_backend": encoding.backend}
     if settings.predictions is not None:
         return score_predictions(settings, records, source)
@@ -254,11 +273,16 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
 
 def _graded(settings: MrcrSettings, record: Record, response: str, extra: dict[str, Any]) -> dict[str, Any]:
     """A record's samples line: its bin, the response, the answer and the card's grade."""
-    return {"id": record.id, "needles": record.needles, "bin": bin_of(binned_tokens(record, settings.bin_by)),
-            "o200k_prompt_tokens": record.prompt_tokens, "o200k_answer_tokens": record.answer_tokens,
+    if record.release == GDM_V2:  # GDM's metric: the random string anywhere (its last occurrence), texts stripped
+        found, score = record.random_string in response.strip(), mrcr_v2_metric(response, record.answer)
+        counts = {"context_len": record.prompt_tokens, "answer_token_count": record.answer_tokens}
+    else:
+        found = (response.strip() if settings.strip else response).startswith(record.random_string)
+        score = grade(response, record.answer, record.random_string, settings.strip)
+        counts = {"o200k_prompt_tokens": record.prompt_tokens, "o200k_answer_tokens": record.answer_tokens}
+    return {"id": record.id, "needles": record.needles, "bin": record_bin(record, settings), **counts,
             "response": response, "answer": record.answer, "random_string_to_prepend": record.random_string,
-            "prefix_found": (response.strip() if settings.strip else response).startswith(record.random_string),
-            "score": grade(response, record.answer, record.random_string, settings.strip), **extra}  # fmt: skip
+            "prefix_found": found, "score": score, **extra}  # fmt: skip
 
 
 def read_responses(path: str) -> dict[str, str]:
@@ -284,13 +308,13 @@ def score_predictions(settings: MrcrSettings, records: list[Record], source: dic
     response, are refused in one line."""
     out = check_run_outputs(settings, [settings.data, settings.predictions])
     responses = read_responses(settings.predictions)
+    known = {r.id for r in records}  # a response to a record --max-length leaves out is not graded, nor refused
     records, left = select(records, settings, settings.max_length)
-    known = {r.id for r in records}
     stray = next((i for i in responses if i not in known), None)
     if stray is not None:
         raise fail(f"--predictions {settings.predictions}: id {stray!r} is not one of the records selected from "
-                   f"--data {settings.data}", "grade the responses against the data (and --needles, --limit, "
-                   "--max-length) they were made from")  # fmt: skip
+                   f"--data {settings.data}", "grade the responses against the data (and --needles, --limit) they "
+                   "were made from")  # fmt: skip
     missing = next((r.id for r in records if r.id not in responses), None)
     if missing is not None:
         raise fail(f"--predictions {settings.predictions} has no response for record {missing} (of {len(records)} "

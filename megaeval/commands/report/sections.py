@@ -168,14 +168,15 @@ def mtbench_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
 def mrcr_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
     """OpenAI MRCR: per run, its tables and the model cards' curve, the mean grade against the bin's upper edge (o200k
     tokens), one line per needle count (records outside the card's bins are in the tables, not on the curve)."""
-    from ...tasks.mrcr.results import BINS, bin_high
+    from ...tasks.mrcr.results import BINS, LONGER, bin_high
     from ...tasks.mrcr.tables import grouped_scores
 
     parts = []
     for report, label in zip(reports, labels, strict=True):
         parts.append(_tables(mrcr_parts(report["results"]), label, "mrcr"))
         rows, _ = grouped_scores(report["results"], "needles", "bins")
-        series = [(f"{n} needles", [(bin_high(b), cell["mean"]) for b, cell in r["cells"].items() if b in BINS])
+        drawn = (*BINS, *LONGER)
+        series = [(f"{n} needles", [(bin_high(b), cell["mean"]) for b, cell in r["cells"].items() if b in drawn])
                   for n, r in rows.items()]  # fmt: skip
         parts.append(line_chart(series, f"{label}: MRCR mean grade by length", "mean grade",
                                 "prompt + answer (o200k_base tokens, bin upper edge)"))  # fmt: skip

@@ -17,7 +17,15 @@ def _short(n: int) -> str:
 
 BINS = tuple(f"{_short(lo)}-{_short(hi)}" for lo, hi in zip(EDGES, EDGES[1:], strict=False))
 BELOW, ABOVE = "<4K", ">1M"
-ORDER = (BELOW, *BINS, ABOVE)
+# GDM MRCR v2's files past the card's range, and its cumulative file (every length up to 128K together)
+LONGER = ("1M-2M", "2M-4M", "4M-8M")
+UPTO_128K = "up to 128K"
+ORDER = (BELOW, *BINS, *LONGER, ABOVE, UPTO_128K)
+
+
+def v2_bin(group: str | tuple[int, int]) -> str:
+    """The bin a GDM v2 file is: `upto_128K`, or its (lo, hi) range named as the card's bins are."""
+    return UPTO_128K if group == "upto_128K" else f"{_short(group[0])}-{_short(group[1])}"
 
 
 def bin_of(tokens: int) -> str:
@@ -31,12 +39,16 @@ def bin_of(tokens: int) -> str:
 
 
 def bin_high(name: str) -> int:
-    """A bin's upper edge in tokens (the x of the model cards' curves); `<4K` is 4096, `>1M` has none (a huge one)."""
+    """A bin's upper edge in tokens (the x of the model cards' curves); `<4K` is 4096, `>1M` has none (a huge one),
+    GDM v2's `up to 128K` is 131072."""
     if name == BELOW:
         return EDGES[0]
     if name == ABOVE:
         return 1 << 62
-    return EDGES[BINS.index(name) + 1]
+    if name == UPTO_128K:
+        return 131072
+    high = name.split("-")[-1]
+    return int(high[:-1]) * (1048576 if high.endswith("M") else 1024)
 
 
 def binned_tokens(record: Any, bin_by: str) -> int:
@@ -51,6 +63,7 @@ def mrcr_results(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """From one row per record (needles, bin, score): the mean per (needles, bin), per needle count and overall."""
     needles = sorted({r["needles"] for r in rows})
     bins = [b for b in ORDER if any(r["bin"] == b for r in rows)]
+    bins += sorted({r["bin"] for r in rows} - set(bins), key=bin_high)  # a GDM v2 file of another range
     table = {}
     for n in needles:
         cells = {}

@@ -41,15 +41,16 @@ def test_a_model_given_the_answers_scores_1_and_its_samples_score_the_same_as_pr
              for s in read_jsonl(tmp_path / "s.jsonl")]  # fmt: skip
     (tmp_path / "bare.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     for grader in ("lm-eval", "card"):
-        scoring = GraphwalksSettings(data=str(DATA), predictions=str(tmp_path / "bare.jsonl"), grader=grader,
-                                     out=str(tmp_path / "b.json"))
+        bare_file = str(tmp_path / "bare.jsonl")
+        scoring = GraphwalksSettings(data=str(DATA), predictions=bare_file, grader=grader, out=str(tmp_path / "b.json"))
         bare = run_graphwalks(scoring, progress=False)
         assert bare["results"]["mean"] == 0.0 and bare["results"]["answer_missing"] == 4
 
 
 def test_the_cli_prints_the_tables_for_an_embedded_model(tmp_path):
     result = CliRunner().invoke(app, ["graphwalks", "--model", "embedded:mamba2-tiny", "--data", str(DATA), "--limit",
-                                      "1", "--max-new-tokens", "4", "--no-progress", "--out", str(tmp_path / "r.json")])
+                                      "1", "--max-new-tokens", "4", "--no-progress", "--out",
+                                      str(tmp_path / "r.json")])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "Graphwalks: mean F1 by problem type and prompt length" in result.output and "parents" in result.output
 

@@ -82,7 +82,7 @@ def test_a_folder_of_both_layouts_or_none_is_refused(tmp_path):
     write(tmp_path, [GOOD])
     (tmp_path / "2needle").mkdir()
     write(tmp_path / "2needle", [GOOD], "2needle_0.parquet")
-    with pytest.raises(MegaevalError, match="holds both layouts"):
+    with pytest.raises(MegaevalError, match="holds files of two releases"):
         data_files(tmp_path)
     with pytest.raises(MegaevalError, match="holds no MRCR files"):
         data_files(REPO / "tests" / "fixtures" / "graphwalks")
