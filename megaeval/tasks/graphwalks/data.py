@@ -55,6 +55,10 @@ def check_walk(row: Any, name: str, i: int) -> Walk:
 def read_walks(data: str | Path, problem_types: list[str] | None = None,
                limit: int | None = None) -> tuple[list[Walk], dict[str, Any]]:  # fmt: skip
     """The records under --data (those of `problem_types`, the first `limit` of each type), checked; their source."""
+    if str(data).startswith("hub:"):
+        raise fail(f"--data {data}: megaeval reads Graphwalks' files from a folder, not from the hub",
+                   "download them first: huggingface-cli download openai/graphwalks --repo-type dataset --local-dir "
+                   "graphwalks, then pass --data graphwalks")  # fmt: skip
     root = Path(data)
     if root.is_file():
         files, base = [root], root.parent

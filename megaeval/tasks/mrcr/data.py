@@ -58,6 +58,10 @@ class Record:
 
 def data_files(data: str | Path) -> tuple[Path, list[Path], str]:
     """The record files under --data (a folder in either layout, or one file): (root, files, layout name)."""
+    if str(data).startswith("hub:"):
+        raise fail(f"--data {data}: megaeval reads MRCR's files from a folder, not from the hub",
+                   "download them first: huggingface-cli download openai/mrcr --repo-type dataset --local-dir mrcr "
+                   "(GDM MRCR v2: its download.sh), then pass --data mrcr")  # fmt: skip
     root = Path(data)
     if root.is_file():
         return root.parent, [root], "file"

@@ -119,10 +119,10 @@ def test_resume_after_an_interruption_equals_one_pass(oracle, tmp_path):
 
 def test_the_cli_prints_the_tables_for_an_embedded_model(tmp_path):
     result = CliRunner().invoke(app, ["mrcr", "--model", "embedded:mamba2-tiny", "--data", str(DATA), "--needles",
-                                      "2,8", "--max-new-tokens", "4", "--no-progress", "--out",
+                                      "4,8", "--max-new-tokens", "4", "--no-progress", "--out",
                                       str(tmp_path / "r.json")])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "MRCR: mean grade by needles and o200k_base bin" in result.output and "4K-8K" in result.output
+    assert "MRCR: mean grade by needles and o200k_base bin" in result.output and "<4K" in result.output
     assert json.loads((tmp_path / "r.json").read_text())["settings"]["render_effective"] == "plain"
 
 
@@ -144,9 +144,11 @@ def test_a_predictions_file_that_does_not_match_the_records_is_refused(tmp_path,
     (["--predictions", "p.jsonl", "--max-new-tokens", "5"], "--max-new-tokens does not apply with --predictions"),
     (["--model", "embedded:mamba2-tiny", "--bin-by", "answer"], "unknown --bin-by 'answer'"),
     (["--model", "embedded:mamba2-tiny", "--needles", "two"], "bad --needles 'two'"),
+    (["--hub"], "reads MRCR's files from a folder, not from the hub"),
 ])  # fmt: skip
 def test_bad_flags_are_one_line(tmp_path, args, message):
-    result = CliRunner().invoke(app, ["mrcr", "--data", str(DATA), *args, "--out", str(tmp_path / "r.json")])
+    data = ["--data", "hub:openai/mrcr"] if args == ["--hub"] else ["--data", str(DATA), *args]
+    result = CliRunner().invoke(app, ["mrcr", *data, "--out", str(tmp_path / "r.json")])
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
