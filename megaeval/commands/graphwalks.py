@@ -36,7 +36,7 @@ from ..scoring.requests import bos_policy
 from ..tasks.graphwalks.data import Walk, read_walks
 from ..tasks.graphwalks.results import bucket_of, graphwalks_results
 from ..tasks.mrcr.prompts import RENDERS
-from .mrcr import check_fit, read_responses, resolve_render
+from .mrcr import check_fit, fold_cells, read_responses, resolve_render
 
 FIT = "use a model with a longer context (or a smaller --max-new-tokens), or --limit/--data without the longest records"
 RUN_ONLY = ("max_new_tokens", "render", "chat_template", "temperature", "seed", "batch_size")
@@ -175,6 +175,7 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
     if cut:
         note_line(f"graphwalks: {cut} of {len(rows)} responses reached --max-new-tokens {settings.max_new_tokens:,}")
     results = {**graphwalks_results(rows), "cut_at_max_new_tokens": cut}
+    fold_cells(results["buckets"], rows, meter.method, "bucket")
     samples = [without_measurements(r) for r in rows]
     return run.finish({**asdict(settings), **chosen}, {**source, "records": len(walks)}, results, samples=samples)
 

@@ -25,7 +25,7 @@ from ..errors import fail
 from ..files import write_json_atomic, write_jsonl_atomic
 from ..metrics.mrcr import grade, mrcr_v2_metric
 from ..runs import Run, RunSettings, open_run
-from ..runs.answers import answer_measured, without_measurements
+from ..runs.answers import answer_measured, fold_lengths, without_measurements
 from ..runs.cost import announce_cost
 from ..runs.memory import PeakMemory
 from ..runs.report import build_report, environment
@@ -266,9 +266,19 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
         note_line(f"mrcr: {cut} of {len(rows)} responses reached --max-new-tokens {settings.max_new_tokens:,} "
                   "and were graded as cut")  # fmt: skip
     results = {**mrcr_results(rows), "cut_at_max_new_tokens": cut}
+    fold_cells(results["bins"], rows, meter.method, "bin")
     samples = [without_measurements(r) for r in rows]
     data = {**source, "records": len(records), "left_out_bins": left}
     return run.finish({**asdict(settings), **chosen}, data, results, samples=samples)
+
+
+def fold_cells(cells: dict[str, dict[str, Any]], rows: list[dict[str, Any]], method: str, key: str) -> None:
+    """Each bin's (bucket's) cell gets what reading its records cost: peak memory, the largest state, the prompt
+    tokens read per second (`runs.answers.fold_lengths`)."""
+    folded = [{key: name} for name in cells]
+    fold_lengths(folded, rows, method, key)
+    for row in folded:
+        cells[row.pop(key)].update(row)
 
 
 def _graded(settings: MrcrSettings, record: Record, response: str, extra: dict[str, Any]) -> dict[str, Any]:
