@@ -155,7 +155,10 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
                                               **generation_facts(a), **measured})
                 for w, q, a in zip(batch, queries, answers, strict=True)]  # fmt: skip
 
-    size = run.answerer.rows(settings.batch_size, min(lm.max_context or 4096, 4096))
+    # auto: as many rows as the longest record's KV cache allows (two characters a token: hash-named nodes split
+    # finely; a fixed-context model's own context bounds it)
+    longest = max(w.prompt_chars for w in walks) // 2 + settings.max_new_tokens
+    size = run.answerer.rows(settings.batch_size, min(lm.max_context or longest, longest))
 
     def left_units(journal: Any) -> tuple[int, int, int, int]:
         todo = [w for w in walks if w.id not in journal]
@@ -177,7 +180,8 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
     results = {**graphwalks_results(rows), "cut_at_max_new_tokens": cut}
     fold_cells(results["buckets"], rows, meter.method, "bucket")
     samples = [without_measurements(r) for r in rows]
-    return run.finish({**asdict(settings), **chosen}, {**source, "records": len(walks)}, results, samples=samples)
+    effective = {**asdict(settings), **chosen, "batch_size_effective": size}
+    return run.finish(effective, {**source, "records": len(walks)}, results, samples=samples)
 
 
 def score_predictions(settings: GraphwalksSettings, walks: list[Walk], source: dict[str, Any]) -> dict[str, Any]:

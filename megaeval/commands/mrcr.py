@@ -245,7 +245,9 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
                                               **generation_facts(a), **measured})
                 for r, q, a in zip(batch, queries, answers, strict=True)]  # fmt: skip
 
-    size = run.answerer.rows(settings.batch_size, min(lm.max_context or 4096, 4096))
+    # auto: as many rows as the longest record's KV cache allows (o200k_base's count stands in for the model's)
+    longest = max(r.prompt_tokens for r in records) + settings.max_new_tokens
+    size = run.answerer.rows(settings.batch_size, min(lm.max_context or longest, longest))
 
     def left_units(journal: Any) -> tuple[int, int, int, int]:
         todo = [r for r in records if r.id not in journal]
@@ -269,7 +271,7 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
     fold_cells(results["bins"], rows, meter.method, "bin")
     samples = [without_measurements(r) for r in rows]
     data = {**source, "records": len(records), "left_out_bins": left}
-    return run.finish({**asdict(settings), **chosen}, data, results, samples=samples)
+    return run.finish({**asdict(settings), **chosen, "batch_size_effective": size}, data, results, samples=samples)
 
 
 def fold_cells(cells: dict[str, dict[str, Any]], rows: list[dict[str, Any]], method: str, key: str) -> None:
