@@ -20,6 +20,7 @@ file at a time), so 2,400 records of up to 1M tokens never sit in memory togethe
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import fail
-from ...files import file_sha256
+from ...files import cache_dir, file_sha256
 from ..data import read_rows
 
 FIELDS = ("prompt", "answer", "random_string_to_prepend", "n_needles")
@@ -160,8 +161,10 @@ def read_records(data: str | Path, encoding: Any, needles: list[int] | None = No
     root, files, layout = data_files(data)
     records: list[Record] = []
     taken: dict[int, int] = {}
+    digests = {path: file_sha256(path) for path in files}
     for path in files:
         name = path.relative_to(root).as_posix()
+        counts = Counts(digests[path], encoding)
         for i, row in enumerate(_rows(str(path))):
             if layout == "gdm v2":
                 record = v2_record(row, name, i, path, encoding)
@@ -177,14 +180,47 @@ def read_records(data: str | Path, encoding: Any, needles: list[int] | None = No
                 continue
             messages = messages_of(row, where)
             taken[n] = taken.get(n, 0) + 1
+            prompt_tokens, answer_tokens = counts.of(i, messages, row["answer"])
             records.append(Record(f"{name}#{i}", str(path), i, n, row["answer"], row["random_string_to_prepend"],
-                                  sum(encoding.count(m["content"]) for m in messages), encoding.count(row["answer"]),
-                                  len(messages)))  # fmt: skip
+                                  prompt_tokens, answer_tokens, len(messages)))  # fmt: skip
+        counts.save()
     if not records:
         raise fail(f"--data {data} holds no record of the needle counts asked for", "check --needles")
     source = {"data": str(data), "layout": layout,
-              "files": {p.relative_to(root).as_posix(): file_sha256(p) for p in files}}  # fmt: skip
+              "files": {p.relative_to(root).as_posix(): digests[p] for p in files}}  # fmt: skip
     return records, source
+
+
+class Counts:
+    """One file's o200k_base counts (the card's n_tokens of the messages, and the answer's), per row: counted once
+    and kept in megaeval's cache by the file's sha256 (counting the whole release takes many minutes; a rerun, a
+    resume or another rank reads them back). The counts follow from the file's bytes alone (o200k_base is fixed)."""
+
+    def __init__(self, digest: str, encoding: Any):
+        self.encoding, self.path = encoding, cache_dir() / "mrcr_o200k" / f"{digest}.json"
+        try:
+            self.known = {int(k): tuple(v) for k, v in json.loads(self.path.read_text()).items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            self.known = {}
+        self.added = False
+
+    def of(self, row: int, messages: list[dict[str, str]], answer: str) -> tuple[int, int]:
+        if row not in self.known:
+            self.known[row] = (sum(self.encoding.count(m["content"]) for m in messages), self.encoding.count(answer))
+            self.added = True
+        prompt, answer_tokens = self.known[row]
+        return int(prompt), int(answer_tokens)
+
+    def save(self) -> None:
+        if not self.added:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({str(k): list(v) for k, v in sorted(self.known.items())}))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only home only costs counting again next time
 
 
 def record_messages(record: Record) -> list[dict[str, str]]:

@@ -31,6 +31,19 @@ def test_both_layouts_hold_the_same_records():
     assert [r.id for r in one] == ["4needle/4needle_0.parquet#0"]
 
 
+def test_counts_are_kept_by_the_files_checksum_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAEVAL_CACHE_DIR", str(tmp_path))
+    first, source = read_records(FIXTURES / "current", o200k(), needles=[2])
+    assert sorted(p.stem for p in (tmp_path / "mrcr_o200k").iterdir()) == [source["files"]["2needle/2needle_0.parquet"]]
+
+    class Refuses:
+        def count(self, text):
+            raise AssertionError("counted again")
+
+    again, _ = read_records(FIXTURES / "current", Refuses(), needles=[2])
+    assert [(r.prompt_tokens, r.answer_tokens) for r in again] == [(r.prompt_tokens, r.answer_tokens) for r in first]
+
+
 def test_the_cards_bins_at_their_edges():
     assert BINS == ("4K-8K", "8K-16K", "16K-32K", "32K-64K", "64K-128K", "128K-256K", "256K-512K", "512K-1M")
     assert [bin_of(n) for n in (4095, 4096, 8192, 8193, 16384, 524288, 524289, 1048576, 1048577)] == [
