@@ -30,9 +30,12 @@ def reports(tmp_path) -> dict[str, dict]:
                                          "Final Answer: [x]"}) + "\n" for i in range(4)))  # fmt: skip
     return {
         "mrcr": run_mrcr(MrcrSettings(data=str(FIXTURES / "mrcr" / "current"), predictions=str(mrcr),
-                                      out=str(tmp_path / "mrcr.json")), progress=False),  # fmt: skip
+                                      out=str(tmp_path / "mrcr.json"), samples=str(tmp_path / "mrcr.samples.jsonl")),
+                         progress=False),
         "graphwalks": run_graphwalks(GraphwalksSettings(data=str(FIXTURES / "graphwalks"), predictions=str(walks),
-                                                        out=str(tmp_path / "graphwalks.json")), progress=False),
+                                                        out=str(tmp_path / "graphwalks.json"),
+                                                        samples=str(tmp_path / "graphwalks.samples.jsonl")),
+                                     progress=False),
     }  # fmt: skip
 
 
@@ -45,6 +48,11 @@ def test_report_prints_the_per_bin_tables_and_the_page_draws_the_curves(tmp_path
     page = write_html([tmp_path / "mrcr.json", tmp_path / "graphwalks.json"], [], tmp_path / "p.html").read_text()
     assert "MRCR mean grade by length" in page and "Graphwalks mean F1 by length" in page
     assert page.count("<svg") >= 2 and "2 needles" in page and "parents" in page
+    samples = [tmp_path / "mrcr.samples.jsonl", tmp_path / "graphwalks.samples.jsonl"]
+    browsed = write_html([tmp_path / "mrcr.json", tmp_path / "graphwalks.json"], samples, tmp_path / "s.html")
+    text = browsed.read_text()  # the sample browser: each record by its group, its response and its gold answer
+    assert "2needle/2needle_0.parquet#0" in text and "graphwalks_128k_and_shorter.parquet#3" in text
+    assert "prefix_found" in text and "Final Answer: [x]" in text
 
 
 @pytest.mark.parametrize("kind", ["mrcr", "graphwalks"])
@@ -66,5 +74,26 @@ def test_a_damaged_report_is_refused_alike_by_the_table_and_the_page(tmp_path, k
                outcome(lambda: write_html([path], [], tmp_path / "p.html"))[0]]  # fmt: skip
         if got[0] == "error":  # refused when read: refused by both
             assert set(got) == {"error"}, got
+
+    prop()
+
+
+@pytest.mark.parametrize("kind", ["mrcr", "graphwalks"])
+def test_a_damaged_samples_line_is_shown_or_refused_in_one_line(tmp_path, kind):
+    import hashlib
+
+    report = reports(tmp_path)[kind]
+    samples = tmp_path / f"{kind}.samples.jsonl"
+    lines = samples.read_text().splitlines()
+
+    @settings(EXAMPLES, max_examples=6)
+    @given(st.data())
+    def prop(data):
+        n = data.draw(st.integers(0, len(lines) - 1), label="line")
+        damaged = [json.dumps(draw_damage(data, json.loads(line))) if i == n else line for i, line in enumerate(lines)]
+        samples.write_text("".join(line + "\n" for line in damaged))
+        report["data"]["samples_sha256"] = hashlib.sha256(samples.read_bytes()).hexdigest()  # the run's own file
+        (tmp_path / f"{kind}.json").write_text(json.dumps(report))
+        outcome(lambda: write_html([tmp_path / f"{kind}.json"], [samples], tmp_path / "p.html"))
 
     prop()
