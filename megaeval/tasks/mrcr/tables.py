@@ -66,3 +66,16 @@ def graphwalks_parts(res: Any) -> list[Part]:
     """Graphwalks: mean F1 per problem type and prompt_chars bucket, the overall mean; the records per cell."""
     return score_parts(res, "Graphwalks: mean F1 by problem type and prompt length", "problem_types", "buckets",
                        "problem")  # fmt: skip
+
+
+def side_by_side(results: list[Any], labels: list[str], columns: str, title: str, order: Any) -> Part:
+    """Several reports' means per bin (bucket) over every record, a column per report, the bins in `order` (a sort
+    key), then every record's mean: the runs compared at each length."""
+    read = []
+    for res in results:
+        grouped_scores(res, "needles" if columns == "bins" else "problem_types", columns)  # every field checked
+        read.append(res)
+    names = sorted({name for res in read for name in res[columns]}, key=order)
+    rows = [[name, *(_score(res[columns].get(name, {}).get("mean")) for res in read)] for name in names]
+    rows.append(["all", *(_score(res["mean"]) for res in read)])
+    return title, [columns[:-1], *labels], rows

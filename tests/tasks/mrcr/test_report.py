@@ -45,6 +45,12 @@ def test_report_prints_the_per_bin_tables_and_the_page_draws_the_curves(tmp_path
     assert "MRCR: mean grade by needles and o200k_base bin" in table and "4K-8K" in table and "<4K" in table
     assert "| needles |" in compare([tmp_path / "mrcr.json"], fmt="markdown")
     assert compare([tmp_path / "graphwalks.json"], fmt="csv").startswith("report,table,row,values")
+    other = json.loads((tmp_path / "mrcr.json").read_text())
+    other["model"]["spec"] = "another-model"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    both = compare([tmp_path / "mrcr.json", tmp_path / "other.json"], fmt="markdown")
+    assert both.startswith("MRCR: mean grade by o200k_base bin\n| bin |") and "another-model" in both.splitlines()[1]
+    assert [line.split(" | ")[0] for line in both.splitlines()[3:6]] == ["| <4K", "| 4K-8K", "| all"]
     page = write_html([tmp_path / "mrcr.json", tmp_path / "graphwalks.json"], [], tmp_path / "p.html").read_text()
     assert "MRCR mean grade by length" in page and "Graphwalks mean F1 by length" in page
     assert page.count("<svg") >= 2 and "2 needles" in page and "parents" in page
