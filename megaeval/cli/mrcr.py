@@ -84,7 +84,11 @@ def graphwalks(
     problem_types: Annotated[str, typer.Option(help="Problem types to run, comma-separated.")] = "bfs,parents",
     limit: Annotated[int | None, typer.Option(help="The first N records of each problem type; default: all.")] = None,
     grader: Annotated[
-        str, typer.Option(help="lm-eval (lm-evaluation-harness 0.4.13's f1) or card (the dataset card's snippets).")
+        str,
+        typer.Option(
+            help="lm-eval (lm-evaluation-harness 0.4.13's f1), lm-eval-flexible (its flexible_f1) or card "
+            "(the dataset card's snippets)."
+        ),
     ] = "lm-eval",
     max_new_tokens: Annotated[int, typer.Option(help="Tokens per response (lm-eval's max_gen_toks).")] = 16384,
     render: Annotated[

@@ -4,6 +4,8 @@ the gold nodes. Two graders, one per published rule (`--grader`):
 - `lm-eval` (the default): lm-evaluation-harness 0.4.13's tasks/graphwalks `f1` (utils.py `extract_answer_list`,
   `process_results`): the last line after trailing newlines are dropped, `Final Answer:\\s*\\[(.*)\\]`'s group
   split at commas, each item stripped of spaces and quotes; F1 0 when nothing overlaps or the line is missing.
+- `lm-eval-flexible`: lm-eval's `flexible_f1` (`extract_answer_list_flexible`): the last line anywhere in the
+  response that holds `Final Answer:\\s*\\[(.*)\\]`, read as above.
 - `card`: the openai/graphwalks dataset card's two snippets to the letter: `get_list` reads `response.split("\\n")[-1]`
   (a trailing newline leaves an empty last line), splits `re.search(r"Final Answer: ?\\[.*\\]", line).group(0)
   .strip("[]")` at commas (so the first item keeps `Final Answer: [` and never matches a node), and the F1 line ends
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-GRADERS = ("lm-eval", "card")
+GRADERS = ("lm-eval", "lm-eval-flexible", "card")
 
 
 def card_list(response: str) -> tuple[list[str], bool]:
@@ -43,6 +45,18 @@ def lm_eval_list(response: str) -> tuple[list[str], bool]:
     return [item.strip().strip("'\"") for item in inside.split(",") if item.strip()], False
 
 
+def lm_eval_flexible_list(response: str) -> tuple[list[str], bool]:
+    """lm-eval 0.4.13's `extract_answer_list_flexible`: the last line holding a `Final Answer: [...]`, anywhere."""
+    for line in reversed(response.rstrip("\n").split("\n")):
+        found = re.search(r"Final Answer:\s*\[(.*)\]", line)
+        if found:
+            inside = found.group(1)
+            if not inside.strip():
+                return [], False
+            return [item.strip().strip("'\"") for item in inside.split(",") if item.strip()], False
+    return [], True
+
+
 def set_f1(predicted: list[str], gold: list[str], none_overlapping: float = 0.0) -> float:
     """F1 of the predicted node set against the gold set; `none_overlapping` where recall + precision is 0."""
     sampled, truth = set(predicted), set(gold)
@@ -57,5 +71,5 @@ def graphwalks_score(response: str, gold: list[str], grader: str = "lm-eval") ->
     if grader == "card":
         nodes, failed = card_list(response)
         return (0.0 if failed else set_f1(nodes, gold, 1.0)), nodes, failed
-    nodes, failed = lm_eval_list(response)
+    nodes, failed = (lm_eval_flexible_list if grader == "lm-eval-flexible" else lm_eval_list)(response)
     return set_f1(nodes, gold), nodes, failed

@@ -1,6 +1,6 @@
 """Graphwalks' graders on hand-made responses: `card` equals the openai/graphwalks card's two snippets (written out
-below as the reference), and `lm-eval` equals lm-evaluation-harness 0.4.13's graphwalks `f1` (its own
-process_results, run: integration)."""
+below as the reference), and `lm-eval` and `lm-eval-flexible` equal lm-evaluation-harness 0.4.13's graphwalks `f1`
+and `flexible_f1` (its own process_results, run: integration)."""
 
 from __future__ import annotations
 
@@ -69,6 +69,9 @@ def test_the_two_graders_differ_where_the_card_slips():
     assert graphwalks_score(CASES["exact"], GOLD, "lm-eval")[0] == 1.0
     assert graphwalks_score(CASES["exact"], GOLD, "card")[0] == pytest.approx(2 / 3)  # 2 of 3 read right
     assert graphwalks_score(CASES["no answer line"], GOLD, "lm-eval") == (0.0, [], True)
+    # flexible: an answer line followed by more text still counts
+    assert graphwalks_score(CASES["answer not on the last line"], GOLD, "lm-eval")[0] == 0.0
+    assert graphwalks_score(CASES["answer not on the last line"], GOLD, "lm-eval-flexible")[0] == 0.5
 
 
 @pytest.mark.integration
@@ -77,5 +80,6 @@ def test_lm_eval_grader_equals_lm_evaluation_harness(name):
     pytest.importorskip("lm_eval")
     from lm_eval.tasks.graphwalks.utils import process_results
 
-    expected = process_results({"answer_nodes": GOLD}, [CASES[name]])["f1"]
-    assert graphwalks_score(CASES[name], GOLD, "lm-eval")[0] == expected
+    expected = process_results({"answer_nodes": GOLD}, [CASES[name]])
+    assert graphwalks_score(CASES[name], GOLD, "lm-eval")[0] == expected["f1"]
+    assert graphwalks_score(CASES[name], GOLD, "lm-eval-flexible")[0] == expected["flexible_f1"]
