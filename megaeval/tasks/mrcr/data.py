@@ -65,7 +65,7 @@ def data_files(data: str | Path) -> tuple[Path, list[Path], str]:
                    "(GDM MRCR v2: its download.sh), then pass --data mrcr")  # fmt: skip
     root = Path(data)
     if root.is_file():
-        return root.parent, [root], "file"
+        return root.parent, [root], "gdm v2" if V2_FILE.fullmatch(root.name) else "file"
     if not root.is_dir():
         raise fail(f"--data {data}: no such file or folder", "pass a folder of openai/mrcr's files")
     current = sorted(p for p in root.glob("*needle/*.parquet") if NEEDLE_DIR.fullmatch(p.parent.name))

@@ -64,6 +64,8 @@ def test_the_csv_files_are_read_with_their_bins_from_their_names():
     assert source["layout"] == "gdm v2" and {r.release for r in records} == {"gdm-v2"}
     assert [(r.bin, r.needles, r.prompt_tokens) for r in records] == [
         ("4K-8K", 2, 5000), ("4K-8K", 2, 6100), ("up to 128K", 2, 4500)]  # fmt: skip
+    one, _ = read_records(next(DATA.glob("*upto_128K*")), o200k())  # one file of them: read as GDM's too
+    assert [(r.bin, r.release) for r in one] == [("up to 128K", "gdm-v2")]
     messages = record_messages(records[0])
     assert len(messages) == 1 and messages[0]["role"] == "user" and records[0].random_string in messages[0]["content"]
 
