@@ -30,6 +30,7 @@ from typing import Any
 from ...errors import fail
 from ...files import cache_dir, file_sha256
 from ..data import read_rows
+from .results import v2_bin
 
 FIELDS = ("prompt", "answer", "random_string_to_prepend", "n_needles")
 V2_FIELDS = ("queries", "answer")
@@ -143,7 +144,6 @@ def v2_record(row: Any, name: str, i: int, path: Path, encoding: Any) -> Record:
     found = V2_FILE.fullmatch(path.name)
     needles = int(found.group(1))
     group = "upto_128K" if found.group(2) == "upto_128K" else (int(found.group(3)), int(found.group(4)))
-    from .results import v2_bin
 
     def count(field: str, text: str) -> int:
         value = str(row.get(field, "")).strip()
