@@ -15,6 +15,7 @@ from . import (
     info,
     longbench,
     longppl,
+    mrcr,
     mtbench,
     needle,
     ppl_sweep,
@@ -93,7 +94,8 @@ for _name, _command in (
     ("info", info.info), ("prep-books", prep_books.prep_books), ("ppl-sweep", ppl_sweep.ppl_sweep),
     ("scrolls", scrolls.scrolls), ("academic", academic.academic), ("needle", needle.needle), ("ruler", ruler.ruler),
     ("babilong", babilong.babilong), ("longbench", longbench.longbench), ("longppl", longppl.longppl),
-    ("mtbench", mtbench.mtbench), ("report", report.report), ("plot", report.plot),
+    ("mtbench", mtbench.mtbench), ("mrcr", mrcr.mrcr), ("graphwalks", mrcr.graphwalks), ("report", report.report),
+    ("plot", report.plot),
 ):  # fmt: skip
     app.command(_name, cls=_Command)(_command)
 

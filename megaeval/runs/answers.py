@@ -42,11 +42,12 @@ def most(values: Any) -> int | float | None:
     return max(present) if present else None
 
 
-def fold_lengths(rows: list[dict[str, Any]], records: list[dict[str, Any]], method: str) -> None:
+def fold_lengths(rows: list[dict[str, Any]], records: list[dict[str, Any]], method: str, key: str = "length") -> None:
     """Each length's row gets its instances' peak memory and largest state, how memory was measured, and the prompt
-    tokens read per second."""
+    tokens read per second; rows and records name their length by `key` (MRCR's and Graphwalks' bins: "bin",
+    "bucket")."""
     for row in rows:
-        mine = [r for r in records if r["length"] == row["length"]]
+        mine = [r for r in records if r[key] == row[key]]
         row.update({key: most(r[key] for r in mine) for key in (MEMORY, STATE)}, peak_memory_method=method)
         seconds = sum(r[SECONDS] for r in mine)
         row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / seconds if seconds > 0 else None

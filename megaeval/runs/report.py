@@ -128,7 +128,8 @@ def _check_sections(report: dict[str, Any], path: Path) -> None:
         raise fail(f"{path}: data.samples_sha256 is {digest!r:.40}, not a sha256", fix)
 
 
-COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl", "babilong", "longbench", "mtbench")
+COMMANDS = ("ppl-sweep", "scrolls", "academic", "needle", "ruler", "longppl", "babilong", "longbench", "mtbench",
+            "mrcr", "graphwalks")  # fmt: skip
 TASK_SUMMARIES = ("average", "average_of")  # results keys of a task report that are not tasks
 
 
@@ -318,6 +319,11 @@ def _check_results(report: dict[str, Any], path: Path) -> None:
         return
     if report.get("command") == "mtbench":
         _check_mtbench(results, path, fix)
+        return
+    if report.get("command") in ("mrcr", "graphwalks"):
+        from ..tasks.mrcr.tables import graphwalks_parts, mrcr_parts  # imports nothing of runs/: no circle
+
+        _read_as_tables(mrcr_parts if report["command"] == "mrcr" else graphwalks_parts, results, path)
         return
     if report.get("command") != "ppl-sweep":
         _check_tasks(results, broken, fix)

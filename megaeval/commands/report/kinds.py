@@ -11,6 +11,7 @@ from ...errors import fail
 from ...runs.report import TASK_SUMMARIES, load_report
 from ...tables import format_length, format_value, render_table, report_label, unique_labels
 from ...tasks.longbench.tables import longbench_parts
+from ...tasks.mrcr.tables import graphwalks_parts, mrcr_parts, side_by_side
 from ...tasks.mtbench.tables import mtbench_parts
 
 SWEEP_METRICS = ("ppl", "longppl", "n_key_tokens", "bits_per_byte", "word_ppl", "nll_sum", "tokens_per_second",
@@ -192,6 +193,50 @@ def mtbench_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = 
     return "".join(out)
 
 
+def parts_tables(parts_of: Callable[[Any], list[Any]], reports: list[dict[str, Any]], labels: list[str],
+                 fmt: str = "table") -> str:  # fmt: skip
+    """Reports whose results read as (title, header, rows) tables, each table under its report's label; as csv, one
+    table whose rows name their report and table."""
+    out, csv_rows = [], []
+    for report, label in zip(reports, labels, strict=True):
+        for title, header, rows in parts_of(report["results"]):
+            csv_rows += [[label, title, *header], *([label, title, *row] for row in rows)]
+            out.append(f"{label}: {title}\n{render_table(header, rows, fmt)}")
+    if fmt == "csv":
+        return render_table(["report", "table", "row", "values"], [r[:3] + [" ".join(r[3:])] for r in csv_rows], fmt)
+    return "".join(out)
+
+
+def mrcr_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """MRCR reports: several side by side (the mean grade per bin, a column each), then each one's mean grade per
+    needle count and bin (the card's bins) and the records per cell."""
+    from ...tasks.mrcr.results import ORDER, bin_high
+
+    def order(name: str) -> tuple[int, int]:
+        return (ORDER.index(name), 0) if name in ORDER else (len(ORDER), bin_high(name))
+
+    return _compared(reports, labels, fmt, "bins", "MRCR: mean grade by o200k_base bin", order) + parts_tables(
+        mrcr_parts, reports, labels, fmt)  # fmt: skip
+
+
+def graphwalks_tables(reports: list[dict[str, Any]], labels: list[str], fmt: str = "table") -> str:
+    """Graphwalks reports: several side by side (the mean F1 per prompt_chars bucket, a column each), then each
+    one's mean F1 per problem type and bucket and the records per cell."""
+    from ...tasks.graphwalks.results import bucket_chars
+
+    return _compared(reports, labels, fmt, "buckets", "Graphwalks: mean F1 by prompt length", bucket_chars) + (
+        parts_tables(graphwalks_parts, reports, labels, fmt))  # fmt: skip
+
+
+def _compared(reports: list[dict[str, Any]], labels: list[str], fmt: str, columns: str, title: str,
+              order: Callable[[str], Any]) -> str:  # fmt: skip
+    """The runs side by side, when there are several (a csv holds each report's own tables only)."""
+    if len(reports) < 2 or fmt == "csv":
+        return ""
+    name, header, rows = side_by_side([r["results"] for r in reports], labels, columns, title, order)
+    return f"{name}\n{render_table(header, rows, fmt)}"
+
+
 def _percent(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
@@ -256,6 +301,15 @@ KINDS = {
     ),
     "mtbench": ReportKind(
         "MT-Bench", lambda reports, labels, fmt, _: mtbench_tables(reports, labels, fmt), "mtbench_section", False
+    ),
+    "mrcr": ReportKind(
+        "OpenAI MRCR", lambda reports, labels, fmt, _: mrcr_tables(reports, labels, fmt), "mrcr_section", False
+    ),
+    "graphwalks": ReportKind(
+        "Graphwalks",
+        lambda reports, labels, fmt, _: graphwalks_tables(reports, labels, fmt),
+        "graphwalks_section",
+        False,
     ),
 }
 

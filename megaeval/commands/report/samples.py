@@ -97,6 +97,8 @@ def browser_rows(records: list[dict[str, Any]], report: dict[str, Any], run: str
     for number, r in enumerate(records, 1):
         where = f"samples file {path} line {number}"
         task = r.get("task", "documents" if kind == "longppl" else None)
+        if kind in GROUPED:  # MRCR's lines by needle count, Graphwalks' by problem type
+            task = _grouped(kind, r)
         if not isinstance(task, str) or (tasks is not None and task not in tasks):
             raise fail(f"{where} is a sample of task {task!r:.60}, which its report "
                        f"({report['model'].get('spec')}) did not run", WROTE)  # fmt: skip
@@ -109,7 +111,8 @@ def browser_rows(records: list[dict[str, Any]], report: dict[str, Any], run: str
             shown = f"{sample_id} #{n}"
         seen.add((task, shown))
         rows.append({
-            "run": run, "task": task, "id": shown, "length": _place(r.get("length")), "depth": _place(r.get("depth")),
+            "run": run, "task": task, "id": shown, "length": _place(r.get("length", r.get(LENGTH_KEYS.get(kind, "")))),
+            "depth": _place(r.get("depth")),
             "score": score, "correct": None if score is None or kind == "longppl" else bool(score >= 1 - 1e-9),
             "prompt_head": _cut(_text(_ends(kind, r)[0])), "prompt_tail": _cut(_text(_ends(kind, r)[1])),
             "prediction": _cut(_prediction(kind, r, metric)), "references": _cut(_references(kind, r)),
@@ -140,8 +143,23 @@ def _place(value: Any) -> Any:
     return _cut(_text(value))
 
 
+GROUPED = ("mrcr", "graphwalks")
+LENGTH_KEYS = {"mrcr": "bin", "graphwalks": "bucket"}  # what these kinds' lines name their length by
+
+
+def _grouped(kind: str, r: dict[str, Any]) -> Any:
+    """The group an MRCR or Graphwalks line belongs to, as its report's tables name it."""
+    if kind == "mrcr":
+        return f"{r['needles']} needles" if isinstance(r.get("needles"), int) else None
+    return r.get("problem_type")
+
+
 def _tasks(report: dict[str, Any]) -> set[str] | None:
     res = report["results"]
+    if report["command"] == "mrcr":
+        return {f"{n} needles" for n in res["needles"]}
+    if report["command"] == "graphwalks":
+        return set(res["problem_types"])
     if report["command"] in ("ruler", "babilong") or (report["command"] == "longbench" and res.get("version") == 1):
         return set(res["tasks"])
     if report["command"] in ("scrolls", "academic", "needle"):
@@ -161,7 +179,7 @@ def _score(kind: str, r: dict[str, Any], metric: str | None, where: str) -> floa
     """The sample's score on its task's headline metric, as a fraction (full credit: 1)."""
     if kind == "longppl":
         return _number(r.get("longppl"), where, "longppl")
-    if kind in ("needle", "ruler", "babilong", "longbench"):
+    if kind in ("needle", "ruler", "babilong", "longbench", *GROUPED):
         return _number(r.get("score"), where, "score")
     if kind == "mtbench":  # the mean of its turns' ratings (1-10; -1 or null: none), as a fraction
         scores = r.get("scores") if isinstance(r.get("scores"), list) else []
@@ -184,6 +202,8 @@ def _prediction(kind: str, r: dict[str, Any], metric: str | None) -> str:
     metric's first (acc and acc_norm may pick different choices)."""
     if kind == "mtbench":
         return _joined(r.get("answers"))
+    if kind in GROUPED:
+        return _text(r.get("response"))
     target, prediction = r.get("target"), r.get("prediction")
     if kind != "academic" or not isinstance(prediction, int) or isinstance(prediction, bool) or "target" not in r:
         return _text(prediction)
@@ -209,6 +229,10 @@ def _references(kind: str, r: dict[str, Any]) -> str:
         return f"choice {_text(r['target'])}"
     if kind == "mtbench":
         return _joined(r.get("judgments"))
+    if kind == "mrcr":
+        return _text(r.get("answer"))
+    if kind == "graphwalks":
+        return _joined(r.get("gold"))
     return _joined(r.get("references"))
 
 
@@ -222,7 +246,9 @@ def _detail(kind: str, r: dict[str, Any]) -> str:
             "needle": ("prompt_tokens", "stop_reason"), "ruler": ("prompt_tokens", "stop_reason"),
             "babilong": ("question", "prompt_tokens", "stop_reason"),
             "longbench": ("pred", "prompt_tokens", "tokens_dropped", "stop_reason"),
-            "mtbench": ("model", "scores")}[kind]  # fmt: skip
+            "mtbench": ("model", "scores"),
+            "mrcr": ("random_string_to_prepend", "prefix_found", "o200k_prompt_tokens", "prompt_tokens", "stop_reason"),
+            "graphwalks": ("nodes", "failed", "prompt_chars", "prompt_tokens", "stop_reason")}[kind]  # fmt: skip
     return _cut(", ".join(f"{k} {_text(r[k])}" for k in keys if r.get(k) is not None))
 
 

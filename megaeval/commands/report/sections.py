@@ -8,7 +8,7 @@ from typing import Any
 
 from ...runs.report import TASK_SUMMARIES
 from ...tables import format_length, format_value
-from .kinds import documents, longbench_parts, mtbench_parts
+from .kinds import documents, graphwalks_parts, longbench_parts, mrcr_parts, mtbench_parts
 from .svg import heatmap, line_chart, radar_chart
 
 
@@ -162,6 +162,40 @@ def mtbench_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
         series = [(m, r["categories"]) for m, r in models.items() if r["categories"]]
         if series:
             parts.append(radar_chart(axes, series, f"{label}: MT-Bench by category (0-10)"))
+    return "".join(parts)
+
+
+def mrcr_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """OpenAI MRCR: per run, its tables and the model cards' curve, the mean grade against the bin's upper edge (o200k
+    tokens), one line per needle count (records outside the card's bins are in the tables, not on the curve)."""
+    from ...tasks.mrcr.results import BINS, LONGER, bin_high
+    from ...tasks.mrcr.tables import grouped_scores
+
+    parts = []
+    for report, label in zip(reports, labels, strict=True):
+        parts.append(_tables(mrcr_parts(report["results"]), label, "mrcr"))
+        rows, _ = grouped_scores(report["results"], "needles", "bins")
+        drawn = (*BINS, *LONGER)
+        series = [(f"{n} needles", [(bin_high(b), cell["mean"]) for b, cell in r["cells"].items() if b in drawn])
+                  for n, r in rows.items()]  # fmt: skip
+        parts.append(line_chart(series, f"{label}: MRCR mean grade by length", "mean grade",
+                                "prompt + answer (o200k_base tokens, bin upper edge)"))  # fmt: skip
+    return "".join(parts)
+
+
+def graphwalks_section(reports: list[dict[str, Any]], labels: list[str]) -> str:
+    """Graphwalks: per run, its tables and the mean F1 against the prompt_chars bucket, one line per problem type."""
+    from ...tasks.graphwalks.results import bucket_chars
+    from ...tasks.mrcr.tables import grouped_scores
+
+    parts = []
+    for report, label in zip(reports, labels, strict=True):
+        parts.append(_tables(graphwalks_parts(report["results"]), label, "graphwalks"))
+        rows, _ = grouped_scores(report["results"], "problem_types", "buckets")
+        series = [(kind, [(bucket_chars(b), cell["mean"]) for b, cell in r["cells"].items()]) for kind, r in
+                  rows.items()]  # fmt: skip
+        parts.append(line_chart(series, f"{label}: Graphwalks mean F1 by length", "mean F1",
+                                "prompt characters (bucket upper edge)"))  # fmt: skip
     return "".join(parts)
 
 
