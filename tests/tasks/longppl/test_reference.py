@@ -85,10 +85,10 @@ def test_a_real_model_finds_the_references_key_tokens(tmp_path):
     """SmolLM2-135M-Instruct (a GGUF read by transformers on both sides) as evaluator and model, float64."""
 
     folder, gguf = smollm2()
-    text = BODY[:5000] + "\n\n" + BODY[:2500]
+    text = BODY[:3000] + "\n\n" + BODY[:1500]
     load = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float64).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    key = {"trunc_len": 512, "sliding_window": 256}
+    key = {"trunc_len": 256, "sliding_window": 128}
     expected = compute_longppl(text, load, load, tok, tok, save_path=str(tmp_path / "ref.txt"), **key)
     intervals = [list(map(int, s)) for s in load_key_token(tmp_path / "ref.txt")]
     data = tmp_path / "doc.jsonl"
