@@ -52,7 +52,9 @@ import numpy, torch
 with torch.device("meta"):
     torch.nn.Embedding(8, 4)
 for _name in ("typer", "click", "rich.console", "rich.progress", "rich.table", "sentencepiece", "yaml", "triton",
-              "triton.language", "pyarrow.parquet", "pandas", "datasets", "rouge_score.rouge_scorer"):
+              "triton.language", "pyarrow.parquet", "pandas", "datasets", "rouge_score.rouge_scorer",
+              "typer._adapters", "typer._click.decorators", "pydantic", "pydantic.plugin._loader", "gguf",
+              "wonderwords", "torch.distributed", "torch.utils.serialization"):
     try:
         __import__(_name)
     except Exception:
