@@ -293,9 +293,9 @@ def announce_cost(run: Run, units: list[tuple[str, str, int]]) -> None:
     """The cost line (`runs.cost`): the instances still to run, about how many prompt tokens they hold (their
     lengths' tokens and the prompt), at the model's read rate now."""
 
-    def left(journal: Any) -> tuple[int, int, int, None]:
+    def left(journal: Any) -> tuple[int, int, list[int], None]:
         todo = [u for u in units if list(u) not in journal]
-        return len(todo), len(units), sum(length_tokens(n) + 300 for _, n, _ in todo), None
+        return len(todo), len(units), [length_tokens(n) + 300 for _, n, _ in todo], None
 
     cost_line(run, "instances", left, min(4096, run.lm.max_context or 4096), about=True)
 

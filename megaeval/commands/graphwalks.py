@@ -160,9 +160,9 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
     longest = max(w.prompt_chars for w in walks) // 2 + settings.max_new_tokens
     size = run.answerer.rows(settings.batch_size, min(lm.max_context or longest, longest))
 
-    def left_units(journal: Any) -> tuple[int, int, int, int]:
+    def left_units(journal: Any) -> tuple[int, int, list[int], int]:
         todo = [w for w in walks if w.id not in journal]
-        return len(todo), len(walks), sum(w.prompt_chars // 4 for w in todo), len(todo) * settings.max_new_tokens
+        return len(todo), len(walks), [w.prompt_chars // 4 for w in todo], len(todo) * settings.max_new_tokens
 
     if lm.max_context is not None:  # every prompt fits before any is answered
         for w in walks:

@@ -352,9 +352,9 @@ def announce_cost(run: Run, costs: list[tuple[Any, int, int]]) -> None:
     """The cost line (`runs.cost`): the records still to run (`costs`: each unit's journal key, its prompt tokens,
     about, and its new tokens at most), their tokens, at the model's read rate now."""
 
-    def left(journal: Any) -> tuple[int, int, int, int]:
+    def left(journal: Any) -> tuple[int, int, list[int], int]:
         todo = [cost for cost in costs if cost[0] not in journal]
-        return len(todo), len(costs), sum(c[1] for c in todo), sum(c[2] for c in todo)
+        return len(todo), len(costs), [c[1] for c in todo], sum(c[2] for c in todo)
 
     cost_line(run, "records", left, min(4096, run.lm.max_context or 4096), about=True)
 

@@ -250,9 +250,9 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
     longest = max(r.prompt_tokens for r in records) + settings.max_new_tokens
     size = run.answerer.rows(settings.batch_size, min(lm.max_context or longest, longest))
 
-    def left_units(journal: Any) -> tuple[int, int, int, int]:
+    def left_units(journal: Any) -> tuple[int, int, list[int], int]:
         todo = [r for r in records if r.id not in journal]
-        return len(todo), len(records), sum(r.prompt_tokens for r in todo), len(todo) * settings.max_new_tokens
+        return len(todo), len(records), [r.prompt_tokens for r in todo], len(todo) * settings.max_new_tokens
 
     if lm.max_context is not None:  # every prompt fits before any is answered (a bin runs whole or not at all)
         for r in records:

@@ -302,17 +302,16 @@ def overflow_fix(settings: RulerSettings) -> str:
 
 
 def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, int]]) -> None:
-    """The cost line (`runs.cost`): the instances and prompt tokens still to read, at the rate the model reads a
-    prompt of the shortest length now."""
+    """The cost line (`runs.cost`): the instances and prompt tokens still to read and their answers' budget, at the
+    rates the model reads and generates now."""
     lengths = sorted({n for _, n, _ in units})
 
-    def left(journal: Any) -> tuple[int, int, int, int]:
+    def left(journal: Any) -> tuple[int, int, list[int], int]:
         todo = [u for u in units if list(u) not in journal]
         new = sum(specs[t]["tokens_to_generate"] for t, _, _ in todo)
-        return len(todo), len(units), sum(n for _, n, _ in todo), new
+        return len(todo), len(units), [n for _, n, _ in todo], new
 
-    slower = "; an attention model reads longer prompts slower" if run.lm.max_context is not None else ""
-    cost_line(run, "instances", left, min(lengths[0], run.lm.max_context or lengths[0], 4096), slower=slower)
+    cost_line(run, "instances", left, min(lengths[0], run.lm.max_context or lengths[0]))
 
 
 def ruler_summary(report: dict[str, Any]) -> str:

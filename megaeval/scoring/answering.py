@@ -58,7 +58,7 @@ class Answerer(Protocol):
 
     def rows(self, setting: str | int, length: int) -> int: ...
 
-    def read_rate(self, tokens: int) -> float | None: ...
+    def read_rate(self, tokens: int) -> tuple[float, float] | None: ...
 
     def answer(
         self, prompts: Sequence[Query], rule: Rule, *, shared: bool = False, rows: int = 1,
@@ -86,8 +86,9 @@ class LocalAnswerer:
         """Prompts of `length` tokens decoded together (`--batch-size`: auto or N): `rows_per_batch`."""
         return rows_per_batch(self.lm, setting, length)
 
-    def read_rate(self, tokens: int) -> float:
-        """Tokens per second the model reads a prompt of `tokens` tokens at, timed now: `scoring.generate.read_rate`."""
+    def read_rate(self, tokens: int) -> tuple[float, float]:
+        """Tokens per second the model reads a `tokens`-token prompt at, and the seconds a new token then takes,
+        timed now: `scoring.generate.read_rate`."""
         return read_rate(self.lm, tokens)
 
     def answer(

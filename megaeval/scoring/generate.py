@@ -149,18 +149,29 @@ def read(
     return require_finite(out[0, -1], "the logits after the prompt"), state
 
 
-def read_rate(lm: StreamingLM, tokens: int) -> float:
-    """Tokens per second the model reads a prompt of `tokens` tokens at (timed after a short warm-up read)."""
+def read_rate(lm: StreamingLM, tokens: int, steps: int = 4) -> tuple[float, float]:
+    """What a prompt costs the model now: tokens per second it reads a `tokens`-token prompt at, and the seconds one
+    new token then takes (the mean of `steps` single-token calls after it), timed after a short warm-up read."""
     import time
 
-    ids = np.arange(tokens, dtype=np.int64) % min(lm.tokenizer.vocab_size, 1000)
+    def synced() -> float:
+        if lm.device.type == "cuda":
+            torch.cuda.synchronize(lm.device)
+        return time.perf_counter()
+
+    if lm.max_context is not None:
+        tokens = max(1, min(tokens, lm.max_context - steps))
+    ids = np.arange(tokens + steps, dtype=np.int64) % min(lm.tokenizer.vocab_size, 1000)
     read(lm, ids[: min(tokens, 64)], lm.init_state(1), logits=False)
-    start = time.perf_counter()
-    _, state = read(lm, ids, lm.init_state(1), logits=False)
+    start = synced()
+    _, state = read(lm, ids[:tokens], lm.init_state(1), logits=False)
     state.nbytes()
-    if lm.device.type == "cuda":
-        torch.cuda.synchronize(lm.device)
-    return tokens / max(time.perf_counter() - start, 1e-9)
+    read_seconds = synced() - start
+    start = synced()
+    for i in range(tokens, tokens + steps):
+        _, state = lm.forward_last(torch.from_numpy(ids[i : i + 1]).to(lm.device)[None], state, 1)
+    step_seconds = (synced() - start) / steps
+    return tokens / max(read_seconds, 1e-9), step_seconds
 
 
 def branch_prompts(

@@ -167,7 +167,8 @@ def test_v2_a_resumed_sampled_run_equals_one_run(tmp_path, capfd):
     tokens = sum(len((x["context"] + x["question"]).encode()) for x in items)
     line = next(x for x in capfd.readouterr().err.splitlines() if x.startswith("longbench: "))
     assert re.match(rf"longbench: 5 of 8 records to run, about {tokens:,} prompt tokens to read \(and up to 640 "
-                    r"to generate\): reading takes about \d+ s at [\d,]+ tokens/s", line), line  # fmt: skip
+                    r"to generate\): about [\d.]+ \w+ per model copy, [\d.]+ \w+ reading and up to [\d.]+ \w+ "
+                    r"generating \(a [\dK]+-token read at [\d,]+ tokens/s and [\d,]+ ms a new token", line), line
 
 
 def test_the_command_prints_the_official_tables(tmp_path):
