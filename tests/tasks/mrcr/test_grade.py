@@ -55,3 +55,26 @@ def test_strip_reads_a_response_with_surrounding_whitespace_and_nothing_else():
     for name, response in CASES.items():
         if response == response.strip():
             assert grade(response, ANSWER, PREFIX, strip=True) == card_grade(response, ANSWER, PREFIX), name
+
+
+@pytest.mark.integration  # openbench 0.5.3's own scorer code (make setup-all installs it, --no-deps)
+def test_grade_equals_openbenchs_mrcr_scorer():
+    """openbench's `_sequence_ratio` (openbench/scorers/mrcr.py, the function its mrcr_scorer grades with), taken
+    from the installed package's source and run as written; its module imports inspect_ai, which openbench's
+    scorer wrapper needs and this function does not, so only the function is executed."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("openbench")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("could not import openbench (pip install --no-deps openbench==0.5.3)")
+    source = (Path(spec.submodule_search_locations[0]) / "scorers" / "mrcr.py").read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    (function,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_sequence_ratio"]
+    namespace: dict = {"SequenceMatcher": SequenceMatcher}
+    exec(compile(ast.Module(body=[function], type_ignores=[]), "openbench/scorers/mrcr.py", "exec"), namespace)
+    theirs = namespace["_sequence_ratio"]
+    for name, response in CASES.items():
+        assert grade(response, ANSWER, PREFIX) == theirs(response=response, answer=ANSWER,
+                                                         random_string_to_prepend=PREFIX), name  # fmt: skip
