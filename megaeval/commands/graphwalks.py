@@ -10,8 +10,6 @@ problem type and prompt_chars bucket (`tasks.graphwalks.results`). `--prediction
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
@@ -30,7 +28,7 @@ from ..runs.settings import ignored_flag, shared_modes
 from ..scoring.answering import Query, Rule, chat_query, generation_facts
 from ..scoring.bos import resolve_bos
 from ..scoring.chat import turn_end_ids
-from ..scoring.decoding import Decoding, check_temperature
+from ..scoring.decoding import Decoding, check_temperature, unit_seed
 from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy
 from ..tasks.graphwalks.data import Walk, read_walks
@@ -125,10 +123,6 @@ def walk_query(lm: Any, template: Any, render: str, walk: Walk, bos: str) -> Que
                  f"Graphwalks {walk.id}")  # fmt: skip
 
 
-def _seed(seed: int, walk_id: str) -> int:
-    return int(hashlib.sha256(json.dumps([seed, walk_id]).encode()).hexdigest()[:15], 16)
-
-
 def _scored(settings: GraphwalksSettings, walk: Walk, response: str, extra: dict[str, Any]) -> dict[str, Any]:
     score, nodes, failed = graphwalks_score(response, list(walk.gold), settings.grader)
     return {"id": walk.id, "problem_type": walk.problem_type, "prompt_chars": walk.prompt_chars,
@@ -147,7 +141,7 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
         queries = [walk_query(lm, template, chosen["render_effective"], w, settings.bos) for w in batch]
         for q in queries:
             check_fit(lm, q, settings.max_new_tokens, FIT)
-        seeds = None if settings.temperature == 0 else tuple(_seed(settings.seed, w.id) for w in batch)
+        seeds = None if settings.temperature == 0 else tuple(unit_seed(settings.seed, w.id) for w in batch)
         rule = Rule(settings.max_new_tokens, (), Decoding(settings.temperature, seeds, stop_ids=stop_ids))
         answers, measured = answer_measured(run, queries, rule, False, size, meter)
         return [_scored(settings, w, a.text, {"prompt_tokens": len(q.ids), "stop_reason": a.stop_reason,

@@ -14,8 +14,6 @@ file's, its score GDM's `mrcr_v2_metric`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,7 +33,7 @@ from ..runs.settings import ignored_flag, shared_modes
 from ..scoring.answering import Query, Rule, chat_query, chat_template_of, generation_facts
 from ..scoring.bos import resolve_bos
 from ..scoring.chat import select_template, turn_end_ids
-from ..scoring.decoding import Decoding, check_temperature
+from ..scoring.decoding import Decoding, check_temperature, unit_seed
 from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy
 from ..tasks.mrcr.data import GDM_V2, Record, read_records, record_messages
@@ -195,10 +193,6 @@ def check_model(lm: Any, settings: MrcrSettings) -> tuple[dict[str, Any], Any]:
     return facts, template
 
 
-def _seed(seed: int, record_id: str) -> int:
-    return int(hashlib.sha256(json.dumps([seed, record_id]).encode()).hexdigest()[:15], 16)
-
-
 MRCR_FIT = "pass a smaller --max-length (a bin's upper edge, in o200k_base tokens) or --max-new-tokens"
 
 
@@ -238,7 +232,7 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
         queries = [record_query(lm, template, chosen["render_effective"], r, settings.bos) for r in batch]
         for q in queries:
             check_fit(lm, q, settings.max_new_tokens, MRCR_FIT)
-        seeds = None if settings.temperature == 0 else tuple(_seed(settings.seed, r.id) for r in batch)
+        seeds = None if settings.temperature == 0 else tuple(unit_seed(settings.seed, r.id) for r in batch)
         rule = Rule(settings.max_new_tokens, (), Decoding(settings.temperature, seeds, stop_ids=stop_ids))
         answers, measured = answer_measured(run, queries, rule, False, size, meter)
         return [_graded(settings, r, a.text, {"prompt_tokens": len(q.ids), "stop_reason": a.stop_reason,

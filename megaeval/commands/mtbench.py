@@ -16,8 +16,6 @@ served model's or judge's every answered request is journaled as it arrives: --r
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -33,7 +31,7 @@ from ..runs.run import open_answerer
 from ..runs.settings import ignored_flag
 from ..scoring.answering import Query, Rule, chat_query, chat_template_of, generation_facts
 from ..scoring.chat import turn_end_ids
-from ..scoring.decoding import Decoding, check_temperature
+from ..scoring.decoding import Decoding, check_temperature, unit_seed
 from ..scoring.generate import parse_batch_size
 from ..scoring.requests import bos_policy
 from ..serving.spec import answer_settings
@@ -210,12 +208,6 @@ def _fingerprint(inputs: Inputs, answers: list[Answers]) -> dict[str, Any]:
     return {**inputs.data, "answers": {a.model: a.sha256 for a in answers}}
 
 
-def _seed(seed: int, question_id: Any, turn: int) -> int:
-    """A sampled answer's seed: its own for each question and turn, so that reruns and any batching agree."""
-    digest = hashlib.sha256(json.dumps([seed, question_id, turn]).encode()).hexdigest()
-    return int(digest[:15], 16)
-
-
 def _generate(run: Run, settings: MtbenchSettings, inputs: Inputs, model_id: str) -> tuple[Answers, list]:
     """Both turns of every question answered by the run's model (gen_model_answer.py's rules): the answers, and each
     question's record (on every rank)."""
@@ -234,7 +226,8 @@ def _generate(run: Run, settings: MtbenchSettings, inputs: Inputs, model_id: str
                 group = [k for k in asked if batch[k].temperature == temperature]
                 queries = [_turn_query(lm, template, system, batch[k], texts[k], turn, settings) for k in group]
                 greedy = temperature < mt.GREEDY_BELOW
-                seeds = None if greedy else tuple(_seed(settings.seed, batch[k].question_id, turn + 1) for k in group)
+                keys = [(batch[k].question_id, turn + 1) for k in group]
+                seeds = None if greedy else tuple(unit_seed(settings.seed, *key) for key in keys)
                 decoding = Decoding(0.0 if greedy else temperature, seeds, stop_ids=ends)
                 answers, _ = run.answerer.answer(queries, Rule(settings.max_new_tokens, (), decoding), rows=rows)
                 for k, query, gen in zip(group, queries, answers, strict=True):

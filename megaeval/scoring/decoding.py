@@ -3,7 +3,10 @@ generator), and when a continuation ends: the one rule every decoding loop in `s
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +34,13 @@ class Generation:
 # Sampling divides float32 logits by the temperature: below float32's smallest normal number the temperature itself is
 # not held (1e-46 is 0 in float32), so that is the smallest temperature a run can sample at.
 MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)
+
+
+def unit_seed(seed: int, *key: Any) -> int:
+    """A sampled answer's seed, its own for each unit (`key`: a question id and turn, a record id): from --seed and
+    the key alone, so that reruns, resumes, ranks and any batching draw the same tokens."""
+    digest = hashlib.sha256(json.dumps([seed, *key]).encode()).hexdigest()
+    return int(digest[:15], 16)
 
 
 def check_temperature(temperature: float, flag: str = "temperature") -> float:
