@@ -142,6 +142,9 @@ def test_info_table_for_an_hf_model(llama_dir):
         assert line in result.stdout, line
     # KV cache at max context: K and V x 2 layers x 2 kv heads x head dim 8 x 48 positions x 4 bytes = 12 KiB
     assert "12.0 KiB (KV cache at max context)" in result.stdout
+    assert re.search(r"│ load time +│ \d+\.\d\d s +│", result.stdout), result.stdout
+    as_json = CliRunner().invoke(app, ["info", f"hf:{llama_dir}", "--json"])
+    assert json.loads(as_json.stdout)["load_seconds"] > 0 and json.loads(as_json.stdout)["prefill"]["rule"] == "auto"
     facts = load_model(f"hf:{llama_dir}").describe()
     assert facts["state_bytes_per_sequence"] == 2 * 2 * 2 * 8 * MAX_CONTEXT * 4
 

@@ -27,7 +27,7 @@ from ..errors import fail
 from ..metrics.longbench import extract_answer, score_prediction
 from ..models.base import StreamingLM
 from ..runs import Run, RunSettings, open_run
-from ..runs.answers import MEMORY, SECONDS, STATE, answer_measured, most, without_measurements
+from ..runs.answers import add_measured, answer_measured, without_measurements
 from ..runs.cost import announce_cost as cost_line
 from ..runs.memory import PeakMemory
 from ..runs.samples import prompt_ends
@@ -312,8 +312,7 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
                       for x in [chosen_items[k]]]  # fmt: skip
             if second:
                 more, answers2, also = sample(second, V2_BUDGET, "answer")
-                measured = {key: most([measured[key], also[key]]) for key in (MEMORY, STATE)} | {
-                    SECONDS: measured[SECONDS] + also[SECONDS] * len(second) / len(batch)}  # fmt: skip
+                measured = add_measured(measured, also, len(second) / len(batch))
                 for k, p, a in zip(todo, more, answers2, strict=True):
                     outputs[k], facts[k] = a.text, generation_facts(a)
                     prompts[k].dropped += p.dropped

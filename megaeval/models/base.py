@@ -150,6 +150,11 @@ class StreamingLM(ABC):
         _, state = self.score(tokens, torch.full_like(torch.as_tensor(tokens), IGNORE_INDEX), state)
         return state
 
+    def read_call_tokens(self, length: int) -> int:
+        """Tokens per call when a `length`-token prompt is read (`scoring.generate.read`): a bound on the activations
+        alive at once; a family that plans its own prefill (`hf.prefill`) takes the prompt whole."""
+        return 2048
+
     def read_rows(self, rows: list[list[int]]) -> list[State]:
         """Fresh states after each of `rows` (non-empty token lists), as `advance` from `init_state(1)` gives them.
 

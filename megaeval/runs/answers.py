@@ -15,7 +15,10 @@ from .memory import PeakMemory
 MEMORY = "peak_memory_bytes"  # per instance: the peak while its batch was read and answered
 STATE = "state_bytes"  # per instance: the largest model state after a prompt of its batch (a KV cache, its shard)
 SECONDS = "seconds"  # per instance: its share of its batch's time
-MEASURED = (MEMORY, STATE, SECONDS)  # in the report's per-length rows (with tokens_per_second), not in samples
+PREFILL = "prefill_seconds"  # per instance: its share of the time its batch spent reading prompts (None: a server's)
+DECODE = "decode_seconds"  # per instance: its share of the time its batch spent decoding answers (None: a server's)
+GENERATED = "generated_tokens"  # per instance: the tokens of its answer
+MEASURED = (MEMORY, STATE, SECONDS, PREFILL, DECODE, GENERATED)  # in the report's rows (`rates`), not in samples
 
 
 def answer_measured(
@@ -30,10 +33,24 @@ def answer_measured(
     answers, _ = run.answerer.answer(queries, rule, shared=shared, rows=rows,
                                      after_prompt=lambda state: sizes.append(state.nbytes()))  # fmt: skip
     seconds = (time.perf_counter() - start) / len(queries)
+    timing = getattr(run.answerer, "timing", None)
+    split = {PREFILL: None, DECODE: None} if timing is None else {PREFILL: timing[0] / len(queries),
+                                                                  DECODE: timing[1] / len(queries)}  # fmt: skip
+    split[GENERATED] = sum(a.n_tokens for a in answers) / len(queries)
     if not sizes:  # no state was read here: the model ran elsewhere
-        return answers, {MEMORY: None, STATE: None, SECONDS: seconds}
+        return answers, {MEMORY: None, STATE: None, SECONDS: seconds, **split}
     chunk = run.ctx.chunk
-    return answers, {MEMORY: group_max(chunk, meter.peak()), STATE: group_max(chunk, max(sizes)), SECONDS: seconds}
+    return answers, {MEMORY: group_max(chunk, meter.peak()), STATE: group_max(chunk, max(sizes)), SECONDS: seconds,
+                     **split}  # fmt: skip
+
+
+def add_measured(first: dict[str, Any], then: dict[str, Any], share: float) -> dict[str, Any]:
+    """An instance's measurements after a second pass (a chain of thought's answer step) that `share` of its batch
+    took: the larger peak and state, times and tokens added (`then`'s per-instance values scaled by `share`)."""
+    out = {key: most([first[key], then[key]]) for key in (MEMORY, STATE)}
+    for key in (SECONDS, PREFILL, DECODE, GENERATED):
+        out[key] = None if first[key] is None or then[key] is None else first[key] + then[key] * share
+    return out
 
 
 def most(values: Any) -> int | float | None:
@@ -49,8 +66,23 @@ def fold_lengths(rows: list[dict[str, Any]], records: list[dict[str, Any]], meth
     for row in rows:
         mine = [r for r in records if r[key] == row[key]]
         row.update({key: most(r[key] for r in mine) for key in (MEMORY, STATE)}, peak_memory_method=method)
-        seconds = sum(r[SECONDS] for r in mine)
-        row["tokens_per_second"] = sum(r["prompt_tokens"] for r in mine) / seconds if seconds > 0 else None
+        row.update(rates(mine))
+
+
+def rates(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """How fast records were read and answered: `tokens_per_second`, prompt tokens over the whole time (reading and
+    answering); `prompt_tokens_per_second`, prompt tokens over the time spent reading them; and
+    `generated_tokens_per_second`, answer tokens over the time spent decoding (None where not measured: a server's)."""
+
+    def ratio(tokens: str, key: str) -> float | None:
+        if any(r.get(key) is None for r in records):
+            return None
+        seconds = sum(r[key] for r in records)
+        return sum(r[tokens] for r in records) / seconds if seconds > 0 else None
+
+    return {"tokens_per_second": ratio("prompt_tokens", SECONDS),
+            "prompt_tokens_per_second": ratio("prompt_tokens", PREFILL),
+            "generated_tokens_per_second": ratio(GENERATED, DECODE)}  # fmt: skip
 
 
 def without_measurements(record: dict[str, Any]) -> dict[str, Any]:

@@ -130,7 +130,10 @@ class Run:
         samples_path = self.settings.samples_path()
         if samples_path and samples is not None:  # the report names its samples file by contents, not by name
             data = {**data, "samples_sha256": write_jsonl_atomic(samples_path, samples)}
-        report = build_report(self.command, settings, self.facts, data, results, env)
+        facts = dict(self.facts)
+        if "prefill" in facts and hasattr(self.lm, "prefill"):  # the rules this process's reads used, counted now
+            facts["prefill"] = self.lm.prefill.describe()
+        report = build_report(self.command, settings, facts, data, results, env)
         write_json_atomic(self.out, report)
         self.journal.finish()
         return report

@@ -14,7 +14,7 @@ import numpy as np
 from ..models.base import State, StreamingLM
 from .chat import ChatFormat, ChatTemplate, chat_bos, conversation, select_template, single_turn
 from .decoding import GREEDY, Decoding, Generation
-from .generate import decode_rows, generate_branches, read_prompts, read_rate, rows_per_batch
+from .generate import Clock, decode_rows, generate_branches, read_prompts, read_rate, rows_per_batch
 from .loglik import read_prefix
 
 
@@ -52,9 +52,11 @@ class Grouped:
 
 class Answerer(Protocol):
     """Answers to prompts: each prompt's Generation, in order, and the prompt tokens the model read for them; how
-    many prompts to give it at once; how fast it reads a prompt (None: not known before it answers)."""
+    many prompts to give it at once; how fast it reads a prompt (None: not known before it answers); `timing`: the
+    seconds its last call spent reading prompts and decoding answers (None: not known, a server's)."""
 
     lm: StreamingLM
+    timing: tuple[float, float] | None
 
     def rows(self, setting: str | int, length: int) -> int: ...
 
@@ -81,6 +83,7 @@ class LocalAnswerer:
     def __init__(self, lm: StreamingLM):
         self.lm = lm
         self._prefixes: dict[tuple[int, ...], State] = {}
+        self.timing: tuple[float, float] | None = None
 
     def rows(self, setting: str | int, length: int) -> int:
         """Prompts of `length` tokens decoded together (`--batch-size`: auto or N): `rows_per_batch`."""
@@ -96,8 +99,11 @@ class LocalAnswerer:
         after_prompt: Callable[[State], None] | None = None,
     ) -> tuple[list[Generation], int]:  # fmt: skip
         ids = [np.asarray(p.ids) for p in prompts]
-        return generate_branches(self.lm, ids, self.lm.init_state(1), rule.max_new_tokens, list(rule.stop), shared,
-                                 after_prompt, rows, rule.decoding)  # fmt: skip
+        clock = Clock()
+        out = generate_branches(self.lm, ids, self.lm.init_state(1), rule.max_new_tokens, list(rule.stop), shared,
+                                after_prompt, rows, rule.decoding, clock)  # fmt: skip
+        self.timing = (clock.prefill, clock.decode)
+        return out
 
     def answer_groups(
         self, prefix: Query, groups: Sequence[Sequence[Query]], rule: Rule, *, shared: bool = True, rows: int = 1,
@@ -124,7 +130,9 @@ class LocalAnswerer:
                         notes[g][k] = seen[-1]
                     yield logits, state
 
-        decoded = decode_rows(self.lm, states(), rule.max_new_tokens, list(rule.stop), rows, rule.decoding)
+        clock = Clock()
+        decoded = decode_rows(self.lm, states(), rule.max_new_tokens, list(rule.stop), rows, rule.decoding, clock)
+        self.timing = (clock.prefill, clock.decode)
         answers: list[list[Any]] = [[None] * len(group) for group in groups]
         for (g, k), gen in zip(order, decoded, strict=True):
             answers[g][k] = gen

@@ -3,6 +3,7 @@ token by token."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import cmp_to_key
 
@@ -130,18 +131,20 @@ def rows_per_batch(lm: StreamingLM, setting: str | int, length: int) -> int:
     return cap if lm.max_context is None else max(1, min(cap, cap * 4096 // length))
 
 
-READ_TOKENS = 2048  # tokens per call while reading a long prompt: activations stay the same size at any length
+READ_TOKENS = 2048  # the default tokens per call while reading a long prompt (`StreamingLM.read_call_tokens`)
 
 
 def read(
     lm: StreamingLM, ids: Sequence[int] | np.ndarray, state: State, logits: bool = True
 ) -> tuple[torch.Tensor | None, State]:
-    """Feed `ids` into `state` in calls of at most READ_TOKENS tokens; with `logits`, return the last position's
-    logits [V] (the output layer runs there only), so memory stays flat however long the prompt."""
+    """Feed `ids` into `state` in calls of at most `lm.read_call_tokens` tokens (a family that plans its own prefill
+    takes the prompt whole); with `logits`, return the last position's logits [V] (the output layer runs there
+    only), so memory stays flat however long the prompt."""
     ids = np.asarray(ids, dtype=np.int64)
+    call = lm.read_call_tokens(len(ids))
     end = len(ids) - 1 if logits else len(ids)
-    for start in range(0, end, READ_TOKENS):
-        piece = torch.from_numpy(ids[start : min(start + READ_TOKENS, end)]).to(lm.device)[None]
+    for start in range(0, end, call):
+        piece = torch.from_numpy(ids[start : min(start + call, end)]).to(lm.device)[None]
         state = lm.advance(piece, state)
     if not logits:
         return None, state
@@ -152,7 +155,6 @@ def read(
 def read_rate(lm: StreamingLM, tokens: int, steps: int = 4) -> tuple[float, float]:
     """What a prompt costs the model now: tokens per second it reads a `tokens`-token prompt at, and the seconds one
     new token then takes (the mean of `steps` single-token calls after it), timed after a short warm-up read."""
-    import time
 
     def synced() -> float:
         if lm.device.type == "cuda":
@@ -294,20 +296,20 @@ def read_prompts(
 def generate_branches(
     lm: StreamingLM, prompts: Sequence[np.ndarray], state: State, max_new_tokens: int, stop: list[str] | None = None,
     shared: bool = True, after_prompt: Callable[[State], None] | None = None, batch_size: int = 1,
-    decoding: Decoding | None = None,
+    decoding: Decoding | None = None, clock: Clock | None = None,
 ) -> tuple[list[Generation], int]:  # fmt: skip
     """Greedy answers (or as `decoding` says) to prompts that continue `state` (read as `branch_prompts` reads them,
-    decoded as `decode_rows` decodes them), and the tokens the model read."""
+    decoded as `decode_rows` decodes them, timed by `clock`), and the tokens the model read."""
     if decoding is not None and decoding.seeds is not None and len(decoding.seeds) != len(prompts):
         raise fail(f"{len(decoding.seeds)} sampling seeds for {len(prompts)} prompts", "pass one seed per prompt")
     counter = [0]
     rows = branch_prompts(lm, prompts, state, shared, after_prompt, counter)
-    return decode_rows(lm, rows, max_new_tokens, stop, batch_size, decoding), counter[0]
+    return decode_rows(lm, rows, max_new_tokens, stop, batch_size, decoding, clock), counter[0]
 
 
 def decode_rows(
     lm: StreamingLM, rows: Iterable[tuple[torch.Tensor, State]], max_new_tokens: int, stop: list[str] | None = None,
-    batch_size: int = 1, decoding: Decoding | None = None,
+    batch_size: int = 1, decoding: Decoding | None = None, clock: Clock | None = None,
 ) -> list[Generation]:  # fmt: skip
     """Greedy answers (or as `decoding` says, row i with seed i) for prompts already read (each row: its last
     logits [V] and its state), in order: what `greedy_generate` gives each row alone.
@@ -316,10 +318,12 @@ def decode_rows(
     or the slots of the family's static decoder, `StreamingLM.decoder`, sized by the rows that start);
     a row that stops leaves the batch and the next row takes its place (continuous batching). Rows are taken from
     `rows` only when there is room, so at most `batch_size` states are alive. Families whose states cannot be
-    stacked decode one row at a time."""
+    stacked decode one row at a time. `clock` gets the seconds spent reading rows (taking them from `rows`) apart
+    from the rest (decoding)."""
     stop = [s for s in (stop or []) if s]
     decoding = decoding or GREEDY
-    source = iter(rows)
+    clock = clock if clock is not None else Clock()
+    source = clock.timed(iter(rows))
     results: dict[int, Generation] = {}
     active: list[Row] = []
     batch: _Stacked | _Slots | None = None
@@ -347,6 +351,7 @@ def decode_rows(
             active += [Row(taken + k, [], decoding) for k in range(len(fresh))]
             taken += len(fresh)
         if not active:
+            clock.finish()
             return [results[i] for i in range(taken)]
         keep, step = [], []
         for r, row in enumerate(active):
@@ -363,6 +368,29 @@ def decode_rows(
             logits = require_finite(batch.step(step), "the logits of a generated token")
         else:
             logits = None
+
+
+class Clock:
+    """Seconds spent reading prompts (`prefill`) and decoding answers (`decode`) by one `decode_rows` call: the time
+    inside the iterator of read rows is reading, the rest of the call decoding."""
+
+    def __init__(self) -> None:
+        self.prefill = self.decode = 0.0
+        self._start = time.perf_counter()
+
+    def timed(self, rows: Iterator[tuple[torch.Tensor, State]]) -> Iterator[tuple[torch.Tensor, State]]:
+        """`rows`, the time each takes to arrive counted as reading."""
+        while True:
+            start = time.perf_counter()
+            row = next(rows, None)
+            self.prefill += time.perf_counter() - start
+            if row is None:
+                return
+            yield row
+
+    def finish(self) -> None:
+        """The call is over: the time not spent reading was decoding."""
+        self.decode = max(time.perf_counter() - self._start - self.prefill, 0.0)
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:

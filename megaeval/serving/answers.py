@@ -36,6 +36,7 @@ class ServedAnswerer:
         self.from_journal = 0  # answers a resumed run found journaled
         # every answer of the run by request key, this process's and those an interrupted one journaled
         self.answered: dict[str, dict[str, Any]] = journal.requests if journal is not None else {}
+        self.timing: tuple[float, float] | None = None  # the server's reading and decoding are not seen apart
 
     def keep_in(self, journal: Any | None) -> None:
         """Journal answered requests in `journal` from now on (a judge opened before its run's journal was)."""

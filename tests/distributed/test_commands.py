@@ -21,7 +21,8 @@ import pytest
 from megaeval_testing import REPO
 
 SAMPLES = REPO / "data_prep" / "samples"
-TIMING = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
+TIMING = {"seconds", "tokens_per_second", "prompt_tokens_per_second", "generated_tokens_per_second",
+          "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}  # fmt: skip
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 

@@ -27,7 +27,8 @@ RULER = ["ruler", "--tasks", "niah_single_1,vt", "--lengths", "1K", "--num-sampl
 # four short prompts with short answers: where a test needs requests, not RULER's (retries, the API key)
 NEEDLE = ["needle", "--tasks", "passkey", "--lengths", "512", "--depths", "0,40,70,100", "--max-new-tokens", "8",
           "--no-progress"]  # fmt: skip
-VOLATILE = {"seconds", "tokens_per_second", "peak_memory_bytes", "state_bytes", "peak_memory_method", "date"}
+VOLATILE = {"seconds", "tokens_per_second", "prompt_tokens_per_second", "generated_tokens_per_second",
+            "peak_memory_bytes", "state_bytes", "peak_memory_method", "date"}  # fmt: skip
 
 
 def megaeval(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:

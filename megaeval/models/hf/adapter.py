@@ -26,8 +26,8 @@ from . import checkpoint, flops
 from .config import check_weights, locate, max_context_of, refuse_remote_code
 from .gguf_reading import fast_reading
 from .model import HFState, refuse_non_causal
-
-STEP_TOKENS = 512  # tokens per model call: bounds the [B, step, V] logits alive at once
+from .prefill import STEP_TOKENS, Prefill
+from .prefill import parse as parse_prefill
 
 
 class HFTokenizer:
@@ -124,6 +124,7 @@ class HFCausalLM(StreamingLM):
         self._weights_sha256: str | None = None
         self._options = {**(options or {}), "gguf_file": gguf_file, "max_context": max_context}
         self._takes_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self.prefill = Prefill(self._options.get("prefill", "auto"))
 
     def options(self) -> dict[str, Any]:
         """Effective load options, defaults included (max_context as used, gguf_file as found)."""
@@ -172,23 +173,36 @@ class HFCausalLM(StreamingLM):
         return tokens.long()
 
     def _steps(self, tokens: torch.Tensor, state: HFState, first: int = 0):
-        """Feed `tokens` in steps of STEP_TOKENS, yielding (position, logits) from position `first` on (the output
-        layer runs only there when the model takes logits_to_keep); updates `state` in place."""
+        """Feed `tokens` in calls as the prefill rule plans them (`hf.prefill`; the positions from `first` on in
+        calls of at most STEP_TOKENS when more than that many logits are wanted), yielding (position, logits) from
+        position `first` on (the output layer runs only there when the model takes logits_to_keep); updates `state`
+        in place."""
         if state.cache is None:
             state.cache = checkpoint.transformers_module().DynamicCache()
-        for start in range(0, tokens.shape[1], STEP_TOKENS):
-            piece = tokens[:, start : start + STEP_TOKENS]
-            end = start + piece.shape[1]
+        total = tokens.shape[1]
+        head = total if total - first <= STEP_TOKENS else first  # read by the rule; the rest STEP_TOKENS a call
+        padded = getattr(state, "pads", None) is not None
+        sizes = self.prefill.plan(head, state.length, state.batch_size, padded, self.device, self.dtype) if head else []
+        sizes += [min(STEP_TOKENS, total - at) for at in range(head, total, STEP_TOKENS)]
+        start = 0
+        for size in sizes:
+            piece = tokens[:, start : start + size]
+            end = start + size
             keep = end - max(first, start)  # positions of this piece whose logits are wanted
-            kwargs = {"logits_to_keep": max(keep, 1)} if self._takes_keep and keep < piece.shape[1] else {}
-            if getattr(state, "pads", None) is not None:  # rows of different lengths: masked padding, own positions
-                kwargs.update(_padded_rows(state, piece.shape[1], self.device))
+            kwargs = {"logits_to_keep": max(keep, 1)} if self._takes_keep and keep < size else {}
+            if padded:  # rows of different lengths: masked padding, own positions
+                kwargs.update(_padded_rows(state, size, self.device))
             out = self.model(input_ids=piece, past_key_values=state.cache, use_cache=True, **kwargs)
             state.cache = out.past_key_values
-            state.length += piece.shape[1]
+            state.length += size
             if keep > 0:
                 logits = out.logits[:, out.logits.shape[1] - keep :]
                 yield end - keep, logits.to(torch.promote_types(logits.dtype, torch.float32))
+            start = end
+
+    def read_call_tokens(self, length: int) -> int:
+        """A prompt reaches this model whole: the prefill rule (`hf.prefill`) cuts it into calls."""
+        return max(length, 1)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, state: HFState) -> tuple[torch.Tensor, HFState]:
@@ -277,6 +291,7 @@ class HFCausalLM(StreamingLM):
             "stored_dtype": str(getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None)),
             "model_parallel_size": None,
             "tokenizer": self.tokenizer.describe(),
+            "prefill": self.prefill.describe(),
         }
 
 
@@ -312,10 +327,13 @@ def load(
     max_context: int | None = None,
     trust_remote_code: bool = False,
     attn_implementation: str | None = None,
+    prefill: str = "auto",
 ) -> HFCausalLM:
-    """Load a local transformers causal LM. Remote code runs only with trust_remote_code=true."""
+    """Load a local transformers causal LM. Remote code runs only with trust_remote_code=true; `prefill`: how
+    prompts are read (`hf.prefill`: auto, one-call or steps-N)."""
     checkpoint.transformers_module()
     trust_remote_code = as_bool("trust_remote_code", trust_remote_code)
+    prefill = parse_prefill(prefill)
     with fast_reading():  # a GGUF file is parsed once for the tokenizer, the config and the weights
         path, gguf_file = locate(Path(path), gguf_file)
         check_weights(path, gguf_file, checkpoint.WEIGHT_SUFFIXES)
@@ -326,5 +344,6 @@ def load(
     if tokenizer.vocab_size > model.config.vocab_size:
         raise fail(f"{path}: tokenizer has {tokenizer.vocab_size} tokens but the model only {model.config.vocab_size}")
     refuse_non_causal(model, path)
-    options = {"trust_remote_code": trust_remote_code, "attn_implementation": attn_implementation}
+    options = {"trust_remote_code": trust_remote_code, "attn_implementation": attn_implementation,
+               "prefill": prefill}  # fmt: skip
     return HFCausalLM(model, tokenizer, path, gguf_file, max_context, options)

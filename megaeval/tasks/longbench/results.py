@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...metrics.longbench import BUCKETS, leaderboard, leaderboard_missing, length_buckets, task_score, v2_figures
-from ...runs.answers import MEMORY, SECONDS, STATE, most
+from ...runs.answers import MEMORY, SECONDS, STATE, most, rates
 
 
 def v1_results(records: list[dict[str, Any]], tasks: list[str], longbench_e: bool) -> dict[str, Any]:
@@ -55,12 +55,10 @@ def truncation(records: list[dict[str, Any]]) -> dict[str, int]:
 
 def cost(records: list[dict[str, Any]]) -> dict[str, Any]:
     """What reading and answering the records cost (a run's, not given predictions'): the peak memory and largest
-    model state of any batch, and prompt tokens read per second."""
+    model state of any batch, and the tokens read and generated per second (`runs.answers.rates`)."""
     if not records or SECONDS not in records[0]:
         return {}
-    seconds = sum(r[SECONDS] for r in records)
-    rate = sum(r["prompt_tokens"] for r in records) / seconds if seconds > 0 else None
-    return {MEMORY: most(r[MEMORY] for r in records), STATE: most(r[STATE] for r in records), "tokens_per_second": rate}
+    return {MEMORY: most(r[MEMORY] for r in records), STATE: most(r[STATE] for r in records), **rates(records)}
 
 
 def _mean(values: list[float]) -> float | None:

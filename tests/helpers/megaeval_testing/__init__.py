@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[3]
 AUSTEN = REPO / "data_prep" / "corpora" / "austen"
 VOCAB = 512
 # Report keys whose values differ between two runs of the same command: wall-clock seconds, speed, MFU, memory, date.
-TIMING_KEYS = {"seconds", "tokens_per_second", "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}
+TIMING_KEYS = {"seconds", "tokens_per_second", "prompt_tokens_per_second", "generated_tokens_per_second",
+               "peak_memory_bytes", "achieved_tflops", "mfu", "peak_tflops", "date"}  # fmt: skip
 
 
 def smollm2() -> tuple[Path, str]:

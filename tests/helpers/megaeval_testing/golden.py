@@ -151,7 +151,7 @@ _SPACES = re.compile(r" {2,}")
 
 
 def mask_timing_columns(text: str) -> str:
-    """Printed rich tables with the cells of TIMING_COLUMNS replaced by `<t>`."""
+    """Printed rich tables with the cells of TIMING_COLUMNS (and `info`'s load time) replaced by `<t>`."""
     out, masked = [], set()
     for line in text.splitlines():
         if "┃" in line:  # a header row: which columns are timing
@@ -160,6 +160,9 @@ def mask_timing_columns(text: str) -> str:
         elif "│" in line and masked:
             cells = line.split("│")
             line = "│".join(" <t> " if i in masked else c for i, c in enumerate(cells))
+        elif "│" in line and line.split("│")[1].strip() == "load time":  # `info`'s row of its load time
+            cells = line.split("│")
+            line = "│".join(" <t> " if i == 2 else c for i, c in enumerate(cells))
         elif line.startswith("└"):
             masked = set()
         out.append(line)

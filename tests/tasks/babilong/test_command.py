@@ -52,6 +52,8 @@ def test_a_model_given_the_answers_scores_100_and_one_answering_wrong_0(tmp_path
     assert {"task", "length", "id", "target", "question", "prediction", "prompt_head", "prompt_tail"} <= set(samples[0])
     rows = right["results"]["lengths"]
     assert all(r["peak_memory_bytes"] > 0 and r["tokens_per_second"] > 0 and r["state_bytes"] == 0 for r in rows)
+    assert all(r["prompt_tokens_per_second"] > r["tokens_per_second"] and r["generated_tokens_per_second"] > 0
+               for r in rows)  # fmt: skip
     shutil.rmtree(tmp_path / "oracle")
     settings = BabilongSettings(model=oracle(tmp_path, lambda r: "kitchen and garden."), data=str(FROZEN),
                                 tasks="qa1", lengths="0k", out=str(tmp_path / "w.json"))  # fmt: skip

@@ -36,7 +36,8 @@ def test_a_model_given_the_answers_scores_1_and_its_samples_score_the_same_as_pr
     assert report["settings"]["grader"] == "lm-eval" and report["settings"]["render_effective"] == "plain"
     again = run_graphwalks(GraphwalksSettings(data=str(DATA), predictions=str(tmp_path / "s.jsonl"),
                                               out=str(tmp_path / "p.json")), progress=False)  # fmt: skip
-    measured = ("peak_memory_bytes", "state_bytes", "tokens_per_second", "peak_memory_method")
+    measured = ("peak_memory_bytes", "state_bytes", "tokens_per_second", "prompt_tokens_per_second",
+                "generated_tokens_per_second", "peak_memory_method")  # fmt: skip
     assert again["results"]["buckets"] == {b: {k: v for k, v in c.items() if k not in measured}
                                            for b, c in res["buckets"].items()}  # fmt: skip
     assert again["results"]["problem_types"] == res["problem_types"] and again["results"]["mean"] == res["mean"]

@@ -32,7 +32,8 @@ def oracle(tmp_path_factory) -> str:
     return str(save_oracle(tmp_path_factory.mktemp("oracle"), answers=pairs))
 
 
-MEASURED = ("peak_memory_bytes", "state_bytes", "tokens_per_second", "peak_memory_method")
+MEASURED = ("peak_memory_bytes", "state_bytes", "tokens_per_second", "prompt_tokens_per_second",
+            "generated_tokens_per_second", "peak_memory_method")  # fmt: skip
 
 
 def scores(results: dict) -> dict:

@@ -114,8 +114,11 @@ def test_the_cost_line_counts_the_instances_and_tokens_still_to_run(tmp_path, ca
     # (1K + 2K) x 2 samples: 4 instances, 6,144 tokens; at most 50 tokens generated each
     assert first[0].startswith("ruler: 4 of 4 instances to run, 6,144 prompt tokens to read (and up to 200 to ")
     duration = r"[\d.]+ (s|min|h|days)"
-    assert re.search(rf"about {duration} per model copy, {duration} reading and up to {duration} generating \(a "
-                     r"512-token read at [\d,]+ tokens/s and [\d,]+ ms a new token, timed now\)", first[0]), first[0]
+    assert re.search(
+        rf"about {duration} per model copy, {duration} reading and up to {duration} generating \(a "
+        r"512-token read at [\d,]+ tokens/s and [\d,]+ ms a new token, timed now\)",
+        first[0],
+    ), first[0]
     # --write-data added on the resume writes every set, the finished unit's too
     run_ruler(RulerSettings(**settings, resume=True, write_data=str(tmp_path / "w")), progress=True)
     # the first 1K instance done: 1K + 2K + 2K left
