@@ -42,6 +42,13 @@ def ruler(
     batch_size: Annotated[
         str, typer.Option(help="Instances of one task and length decoded together: auto or a number.")
     ] = "auto",
+    share_prefixes: Annotated[
+        bool,
+        typer.Option(
+            help="Instances of one task and length answered together read the start they share once (the haystack "
+            "before the first needle); --no-share-prefixes: each prompt whole. The same predictions."
+        ),
+    ] = True,
     **shared: Any,
 ) -> None:
     """RULER's 13 tasks with RULER's own instances, scores, averages and effective length."""
@@ -51,6 +58,7 @@ def ruler(
         tasks=tasks, lengths=lengths, num_samples=num_samples, seed=seed, essays=essays, qa_data=qa_data,
         english_words=english_words, data_dir=data_dir, write_data=write_data, prepare_only=prepare_only,
         tokenizer=tokenizer, threshold=threshold, include_path=include_path or [], batch_size=batch_size,
+        share_prefixes=share_prefixes,
         **settings_of(shared),
     )  # fmt: skip
     if prepare_only:

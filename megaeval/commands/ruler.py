@@ -66,6 +66,7 @@ class RulerSettings(ChatFlags, RunSettings):
     bos: str = "auto"
     threshold: float = DEFAULT_THRESHOLD
     batch_size: str | int = "auto"  # instances of one (task, length) decoded together; results do not depend on it
+    share_prefixes: bool = True  # instances of one (task, length) in a batch read the start they share once
     include_path: list[str] = field(default_factory=list)
     out: str = "reports/ruler.json"
     samples: str | None = None
@@ -261,7 +262,8 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
             spec, chosen = specs[task], [i for t, n, i in batch if (t, n) == (task, length)]
             prompts = [fitted(task, length, i, instances(task, length)[i]) for i in chosen]
             queries = [query(task, length, i, ids, text) for i, (ids, text, _) in zip(chosen, prompts, strict=True)]
-            answers, measured = answer_measured(run, queries, Rule(spec["tokens_to_generate"]), False, size, meter)
+            rule = Rule(spec["tokens_to_generate"])
+            answers, measured = answer_measured(run, queries, rule, settings.share_prefixes, size, meter, tree=True)
             for i, (ids, text, _), answer in zip(chosen, prompts, answers, strict=True):
                 record = instances(task, length)[i]
                 records.append({

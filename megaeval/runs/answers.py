@@ -22,16 +22,21 @@ MEASURED = (MEMORY, STATE, SECONDS, PREFILL, DECODE, GENERATED)  # in the report
 
 
 def answer_measured(
-    run: Any, queries: list[Query], rule: Rule, shared: bool, rows: int, meter: PeakMemory
+    run: Any, queries: list[Query], rule: Rule, shared: bool, rows: int, meter: PeakMemory, tree: bool = False
 ) -> tuple[list[Generation], dict[str, Any]]:  # fmt: skip
-    """Answers to `queries` under `rule` (a model in this process reads them as `generate_branches` does, `rows`
+    """Answers to `queries` under `rule` (a model in this process reads them as `generate_branches` does, or with
+    `shared` and `tree` as `branch_tree` does: every start they share read once, in the order of their tokens; `rows`
     decoded together) and each one's measurements: the batch's peak memory and largest state (the most over a
     chunk-parallel group; None for a served model, whose memory is the server's), its time per prompt."""
     sizes: list[int] = []
     meter.reset()
     start = time.perf_counter()
-    answers, _ = run.answerer.answer(queries, rule, shared=shared, rows=rows,
-                                     after_prompt=lambda state: sizes.append(state.nbytes()))  # fmt: skip
+    note = lambda state: sizes.append(state.nbytes())  # noqa: E731
+    if shared and tree:
+        grouped = run.answerer.answer_groups(Query([], ""), [queries], rule, shared=True, rows=rows, after_prompt=note)
+        answers = grouped.answers[0]
+    else:
+        answers, _ = run.answerer.answer(queries, rule, shared=shared, rows=rows, after_prompt=note)
     seconds = (time.perf_counter() - start) / len(queries)
     timing = getattr(run.answerer, "timing", None)
     split = {PREFILL: None, DECODE: None} if timing is None else {PREFILL: timing[0] / len(queries),

@@ -90,11 +90,13 @@ def test_a_read_too_big_for_one_masked_call_falls_back_to_steps_and_says_so(lm, 
     reference = full_logits(lm, tokens)[0, -1]
     monkeypatch.setattr(prefill, "MASK_ELEMENTS", 100 * 400)  # a continuing read of 300 onto 100: at most 100 a call
     lm.prefill.used.clear()
+    lm.prefill.tokens.clear()
     with prefill.forced("one-call"):
         _, state = lm.forward_last(tokens[:, :100], lm.init_state(1), 1)  # fresh, no mask: one call
         got, _ = lm.forward_last(tokens[:, 100:], state, 1)
     torch.testing.assert_close(got[0, -1], reference, rtol=1e-9, atol=1e-9)
     assert lm.prefill.describe()["reads"] == {"one-call": 1, "one-call (mask cut to steps-100)": 1}
+    assert lm.prefill.describe()["tokens"] == {"one-call": 100, "one-call (mask cut to steps-100)": 300}
 
 
 def test_auto_follows_the_measured_table():
@@ -119,4 +121,4 @@ def test_the_option_is_recorded_and_each_rule_counted(llama_dir):
     lm = load_model(f"hf:{llama_dir}", dtype="float64", prefill="steps-64")
     assert lm.options()["prefill"] == "steps-64"
     lm.forward_last(ids(100), lm.init_state(1), 1)
-    assert lm.describe()["prefill"] == {"rule": "steps-64", "reads": {"steps-64": 1}}
+    assert lm.describe()["prefill"] == {"rule": "steps-64", "reads": {"steps-64": 1}, "tokens": {"steps-64": 100}}

@@ -66,17 +66,19 @@ def measured_rule(device: torch.device, dtype: torch.dtype, tokens: int) -> str:
 
 
 class Prefill:
-    """A model's prefill rule and a count of the rules its reads used (the report's `model.prefill`)."""
+    """A model's prefill rule, and a count of the reads each rule made and the tokens they read (the report's
+    `model.prefill`)."""
 
     def __init__(self, option: str = DEFAULT):
         self.option = parse(option)
         self.used: Counter[str] = Counter()
+        self.tokens: Counter[str] = Counter()  # tokens read (rows × tokens, padding included), by rule
 
     def plan(
         self, tokens: int, cached: int, rows: int, padded: bool, device: torch.device, dtype: torch.dtype
     ) -> list[int]:  # fmt: skip
         """The sizes of the calls that read `tokens` tokens (no logits needed but the last) onto `cached` tokens of
-        `rows` rows, as the rule says; counted in `used`."""
+        `rows` rows, as the rule says; counted in `used` and `tokens` when more than one token a row."""
         rule = _forced[-1] if _forced else self.option
         if rule == "auto":
             rule = measured_rule(device, dtype, cached + tokens)
@@ -87,7 +89,9 @@ class Prefill:
             if step > room:
                 step = max(room, 1)
                 rule = f"{rule} (mask cut to steps-{step})" if rule == "one-call" else rule
-        self.used[rule] += 1
+        if tokens > 1:  # a read; one token a row is a decoding step
+            self.used[rule] += 1
+            self.tokens[rule] += tokens * rows
         sizes, left = [], tokens
         while left > 0:
             sizes.append(min(step, left))
@@ -95,5 +99,6 @@ class Prefill:
         return sizes
 
     def describe(self) -> dict[str, object]:
-        """The option and how many reads each rule did (this process)."""
-        return {"rule": self.option, "reads": dict(sorted(self.used.items()))}
+        """The option, and how many reads each rule made and the tokens they read (this process)."""
+        return {"rule": self.option, "reads": dict(sorted(self.used.items())),
+                "tokens": dict(sorted(self.tokens.items()))}  # fmt: skip

@@ -172,6 +172,7 @@ def mask_timing_columns(text: str) -> str:
 def normalize_stdout(text: str) -> bytes:
     """A command's stdout, comparable: repo path blanked, timing cells masked, runs of spaces and rules as one."""
     text = mask_timing_columns(without_repo(text))
+    text = re.sub(r'"load_seconds": [-\d.e]+', '"load_seconds": "<t>"', text)  # `info --json`'s load time
     return "\n".join(_SPACES.sub(" ", _RULE.sub("─", line)).rstrip() for line in text.splitlines()).encode() + b"\n"
 
 

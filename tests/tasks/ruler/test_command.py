@@ -76,6 +76,24 @@ def test_a_model_given_the_answers_scores_100_everywhere_from_generated_or_prepa
     assert "effective length 4K" in table and "100.00" in table
 
 
+def test_instances_read_the_starts_they_share_once_and_answer_the_same(tmp_path):
+    common = dict(model="embedded:transformer-tiny", tasks="niah_single_1", lengths="512", num_samples=4,
+                  batch_size=4)  # fmt: skip
+    reports, samples = {}, {}
+    for share in (True, False):
+        out = tmp_path / f"{share}.json"
+        reports[share] = run_ruler(RulerSettings(share_prefixes=share, out=str(out), samples=str(out) + "l",
+                                                 **common), progress=False)  # fmt: skip
+        samples[share] = [{k: r[k] for k in ("task", "sample", "prediction", "score")}
+                          for r in map(json.loads, (tmp_path / f"{share}.jsonl").read_text().splitlines())]  # fmt: skip
+    assert samples[True] == samples[False] and len(samples[True]) == 4
+    read = {share: sum(r["model"]["prefill"]["tokens"].values()) for share, r in reports.items()}
+    prompts = sum(s["prompt_tokens"] for s in map(json.loads, (tmp_path / "False.jsonl").read_text().splitlines()))
+    # each prompt whole (its last token in a call of its own, for its logits); shared: the noise haystack's start once
+    assert read[False] == prompts - 4 and read[True] < 0.8 * prompts, (read, prompts)
+    assert reports[True]["settings"]["share_prefixes"] is True
+
+
 def load_budget(task: str) -> int:
     from megaeval.tasks.ruler.spec import load_ruler_task
 
