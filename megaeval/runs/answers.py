@@ -17,7 +17,7 @@ STATE = "state_bytes"  # per instance: the largest model state after a prompt of
 SECONDS = "seconds"  # per instance: its share of its batch's time
 PREFILL = "prefill_seconds"  # per instance: its share of the time its batch spent reading prompts (None: a server's)
 DECODE = "decode_seconds"  # per instance: its share of the time its batch spent decoding answers (None: a server's)
-GENERATED = "generated_tokens"  # per instance: the tokens of its answer
+GENERATED = "answer_tokens_share"  # per instance: its share of the tokens its batch generated (journal only)
 MEASURED = (MEMORY, STATE, SECONDS, PREFILL, DECODE, GENERATED)  # in the report's rows (`rates`), not in samples
 
 

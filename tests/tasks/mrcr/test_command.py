@@ -59,6 +59,7 @@ def test_a_model_given_the_answers_grades_1_and_its_samples_grade_the_same_as_pr
     samples = read_jsonl(tmp_path / "s.jsonl")
     assert {"id", "needles", "bin", "response", "answer", "random_string_to_prepend", "score", "prompt_head"} <= set(
         samples[0])  # fmt: skip
+    assert all(s["generated_tokens"] >= 1 and "answer_tokens_share" not in s for s in samples)  # its own count
     again = run_mrcr(MrcrSettings(data=str(DATA), predictions=str(tmp_path / "s.jsonl"), out=str(tmp_path / "p.json")),
                      progress=False)  # fmt: skip
     assert again["results"] == scores(res)
