@@ -95,20 +95,32 @@ def test_a_read_too_big_for_one_masked_call_falls_back_to_steps_and_says_so(lm, 
         _, state = lm.forward_last(tokens[:, :100], lm.init_state(1), 1)  # fresh, no mask: one call
         got, _ = lm.forward_last(tokens[:, 100:], state, 1)
     torch.testing.assert_close(got[0, -1], reference, rtol=1e-9, atol=1e-9)
-    assert lm.prefill.describe()["reads"] == {"one-call": 1, "one-call (mask cut to steps-100)": 1}
-    assert lm.prefill.describe()["tokens"] == {"one-call": 100, "one-call (mask cut to steps-100)": 300}
+    assert lm.prefill.describe()["reads"] == {"one-call": 1, "one-call (memory cut to steps-100)": 1}
+    assert lm.prefill.describe()["tokens"] == {"one-call": 100, "one-call (memory cut to steps-100)": 300}
+
+
+def test_a_fresh_read_whose_activations_pass_the_bound_is_cut_and_says_so(lm, monkeypatch):
+    tokens = ids(500)
+    reference = full_logits(lm, tokens)[0, -1]
+    per_token = prefill.activation_bytes(lm.model.config, torch.float64)
+    assert per_token == (3 * 64 + 4 * 32) * 8  # the tiny Llama: MLP width 64, hidden 32, float64
+    monkeypatch.setattr(prefill, "CALL_BYTES", 128 * per_token)
+    lm.prefill.used.clear()
+    with prefill.forced("one-call"):
+        got, _ = lm.forward_last(tokens, lm.init_state(1), 1)
+    torch.testing.assert_close(got[0, -1], reference, rtol=1e-9, atol=1e-9)
+    assert dict(lm.prefill.used) == {"one-call (memory cut to steps-128)": 1}
 
 
 def test_auto_follows_the_measured_table():
-    cpu = torch.device("cpu")
     for (device, dtype), table in prefill.MEASURED.items():
         assert device and table == sorted(table)
         for up_to, rule in table:
             assert prefill.measured_rule(torch.device(device), dtype, up_to) == rule
-        assert prefill.measured_rule(torch.device(device), dtype, table[-1][0] * 4) == table[-1][1]
+        assert prefill.measured_rule(torch.device(device), dtype, table[-1][0] + 1) == prefill.UNMEASURED
     assert prefill.measured_rule(torch.device("meta"), torch.float16, 1000) == prefill.UNMEASURED
     assert prefill.parse(" Steps-0064 ") == "steps-64" and prefill.parse("AUTO") == "auto"
-    assert cpu.type == "cpu"
+    assert prefill.measured_rule(torch.device("cpu"), torch.bfloat16, 4096) == "steps-512"
 
 
 @pytest.mark.parametrize("value", ["fast", "steps-0", "steps-x", "steps-"])

@@ -26,7 +26,7 @@ from . import checkpoint, flops
 from .config import check_weights, locate, max_context_of, refuse_remote_code
 from .gguf_reading import fast_reading
 from .model import HFState, refuse_non_causal
-from .prefill import STEP_TOKENS, Prefill
+from .prefill import STEP_TOKENS, Prefill, activation_bytes
 from .prefill import parse as parse_prefill
 
 
@@ -125,6 +125,7 @@ class HFCausalLM(StreamingLM):
         self._options = {**(options or {}), "gguf_file": gguf_file, "max_context": max_context}
         self._takes_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.prefill = Prefill(self._options.get("prefill", "auto"))
+        self._token_bytes = activation_bytes(model.config, self.dtype)
 
     def options(self) -> dict[str, Any]:
         """Effective load options, defaults included (max_context as used, gguf_file as found)."""
@@ -182,7 +183,8 @@ class HFCausalLM(StreamingLM):
         total = tokens.shape[1]
         head = total if total - first <= STEP_TOKENS else first  # read by the rule; the rest STEP_TOKENS a call
         padded = getattr(state, "pads", None) is not None
-        sizes = self.prefill.plan(head, state.length, state.batch_size, padded, self.device, self.dtype) if head else []
+        sizes = self.prefill.plan(head, state.length, state.batch_size, padded, self.device, self.dtype,
+                                  self._token_bytes) if head else []  # fmt: skip
         sizes += [min(STEP_TOKENS, total - at) for at in range(head, total, STEP_TOKENS)]
         start = 0
         for size in sizes:

@@ -7,10 +7,12 @@ default) picks, per prompt, the rule measured fastest for its device, dtype and 
 `bench/prefill_rules.py`; bench/RESULTS.md holds the table). Every rule gives the same logits up to rounding
 (tests/models/hf/test_prefill.py, float64).
 
-A call that continues a cache (a question after a shared document) or reads left-padded rows needs that mask:
-[rows, 1, new tokens, cached + new tokens] booleans. Such calls are cut so that the mask stays within
-MASK_ELEMENTS; a prompt that needed a cut of a `one-call` rule falls back to steps and the count says so.
-Logits wanted at many positions (scoring) come STEP_TOKENS positions per call whatever the rule.
+One call holds the activations of every token at once: about (3 × MLP width + 4 × hidden size) values a token
+(`activation_bytes`), beside the KV cache it fills; calls are cut so that they stay within CALL_BYTES (SmolLM2-135M
+in float32: 28 KB a token, one call up to 77K tokens). A call that continues a cache (a question after a shared
+document) or reads left-padded rows needs that mask: [rows, 1, new tokens, cached + new tokens] booleans, kept within
+MASK_ELEMENTS. A `one-call` read cut by either bound falls back to steps and the count says so (`one-call (memory
+cut to steps-N)`). Logits wanted at many positions (scoring) come STEP_TOKENS positions per call whatever the rule.
 """
 
 from __future__ import annotations
@@ -25,12 +27,18 @@ from ...errors import fail
 
 STEP_TOKENS = 512  # tokens per call when logits are wanted at every position: bounds the [B, step, V] logits
 MASK_ELEMENTS = 1 << 28  # the most mask entries one call may build (256 MiB of booleans)
+CALL_BYTES = 2 << 30  # the most activations one call may hold (`activation_bytes` a token, times tokens and rows)
 DEFAULT = "auto"
 
-# Measured on one CPU thread (bench/prefill_rules.py, bench/RESULTS.md, 2026-11-29): for each (device type, dtype),
-# (up to this many tokens, the fastest rule) in order; the last entry covers every longer prompt. Where nothing was
-# measured (a GPU), one call: the causal fast path of the attention implementation.
-MEASURED: dict[tuple[str, torch.dtype], list[tuple[int, str]]] = {}
+# Measured on one CPU thread of this project's 2-core x86-64 machine (bench/prefill_rules.py, bench/RESULTS.md,
+# 2026-11-29, SmolLM2-135M): for each (device type, dtype), (up to this many tokens, the fastest rule) in order.
+# float32: one call 1.17x, 1.21x and 1.28x faster than 512-token steps at 4K, 8K and 16K; bfloat16 at 4K: 512-token
+# steps 4 % faster than one call (its matmuls dominate). Past the lengths measured, and where nothing was measured (a
+# GPU), one call: the attention implementation's causal fast path skips the masked half, so its lead grows with length.
+MEASURED: dict[tuple[str, torch.dtype], list[tuple[int, str]]] = {
+    ("cpu", torch.float32): [(16384, "one-call")],
+    ("cpu", torch.bfloat16): [(4096, "steps-512")],
+}
 UNMEASURED = "one-call"
 
 _forced: list[str] = []
@@ -57,12 +65,12 @@ def forced(rule: str) -> Iterator[None]:
 
 
 def measured_rule(device: torch.device, dtype: torch.dtype, tokens: int) -> str:
-    """The rule measured fastest for a fresh read of `tokens` tokens on this device type and dtype."""
+    """The rule measured fastest for a read of `tokens` tokens on this device type and dtype (UNMEASURED past the
+    lengths measured)."""
     for up_to, rule in MEASURED.get((device.type, dtype), []):
         if tokens <= up_to:
             return rule
-    table = MEASURED.get((device.type, dtype))
-    return table[-1][1] if table else UNMEASURED
+    return UNMEASURED
 
 
 class Prefill:
@@ -75,20 +83,22 @@ class Prefill:
         self.tokens: Counter[str] = Counter()  # tokens read (rows × tokens, padding included), by rule
 
     def plan(
-        self, tokens: int, cached: int, rows: int, padded: bool, device: torch.device, dtype: torch.dtype
+        self, tokens: int, cached: int, rows: int, padded: bool, device: torch.device, dtype: torch.dtype,
+        token_bytes: int = 0,
     ) -> list[int]:  # fmt: skip
         """The sizes of the calls that read `tokens` tokens (no logits needed but the last) onto `cached` tokens of
-        `rows` rows, as the rule says; counted in `used` and `tokens` when more than one token a row."""
+        `rows` rows, as the rule says (`token_bytes`: activations a token, `activation_bytes`); counted in `used`
+        and `tokens` when more than one token a row."""
         rule = _forced[-1] if _forced else self.option
         if rule == "auto":
             rule = measured_rule(device, dtype, cached + tokens)
         step = tokens if rule == "one-call" else int(rule.split("-")[1])
-        masked = cached > 0 or padded  # a call that needs the explicit mask
-        if masked:
-            room = MASK_ELEMENTS // max(rows * (cached + tokens), 1)
-            if step > room:
-                step = max(room, 1)
-                rule = f"{rule} (mask cut to steps-{step})" if rule == "one-call" else rule
+        room = CALL_BYTES // max(rows * token_bytes, 1)
+        if cached > 0 or padded:  # a call that needs the explicit mask
+            room = min(room, MASK_ELEMENTS // max(rows * (cached + tokens), 1))
+        if step > room:
+            step = max(room, 1)
+            rule = f"{rule} (memory cut to steps-{step})" if rule == "one-call" else rule
         if tokens > 1:  # a read; one token a row is a decoding step
             self.used[rule] += 1
             self.tokens[rule] += tokens * rows
@@ -102,3 +112,11 @@ class Prefill:
         """The option, and how many reads each rule made and the tokens they read (this process)."""
         return {"rule": self.option, "reads": dict(sorted(self.used.items())),
                 "tokens": dict(sorted(self.tokens.items()))}  # fmt: skip
+
+
+def activation_bytes(config: object, dtype: torch.dtype) -> int:
+    """About the bytes of activations one token holds inside a call: the MLP's gate, up and product (3 × its width)
+    and a few hidden-size tensors (attention's input, output and residual: 4 × the hidden size)."""
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or 0
+    width = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * hidden
+    return (3 * int(width) + 4 * int(hidden)) * torch.empty(0, dtype=dtype).element_size()
