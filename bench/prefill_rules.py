@@ -9,6 +9,7 @@ spend growing the cache by concatenation (a cat of the same tensors, timed alone
 
     python bench/prefill_rules.py --lengths 4096,8192,16384,32768 --dtypes float32,bfloat16 --threads 1
     python bench/prefill_rules.py --folder DIR --lengths 2048 --rules one-call,steps-512 --repeats 1
+    python bench/prefill_rules.py --lengths 4096 --dtypes float32 --cached 512   # a read onto a cache (masked)
 
 Prints one JSON line per cell and a table at the end: the rule megaeval's `auto` picks should be the fastest.
 """
@@ -61,6 +62,7 @@ def main() -> None:
     p.add_argument("--rules", default="one-call,steps-512,steps-2048")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--cached", type=int, default=0, help="read LENGTH - CACHED tokens onto a cache of CACHED tokens")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     from megaeval import load_model
@@ -83,14 +85,17 @@ def main() -> None:
                 seconds = []
                 for _ in range(args.repeats):
                     state = lm.init_state(1)
+                    if args.cached:  # a read that continues a cache (a prompt after a shared start)
+                        _, state = lm.forward_last(ids[:, : args.cached], state, 1)
                     start = time.perf_counter()
                     with prefill.forced(rule):
-                        lm.forward_last(ids, state, 1)
+                        lm.forward_last(ids[:, args.cached :], state, 1)
                     seconds.append(time.perf_counter() - start)
                     del state
                 step = int(rule.split("-")[1]) if rule.startswith("steps-") else None
-                row = {"dtype": dtype, "length": length, "rule": rule, "seconds": statistics.median(seconds),
-                       "tokens_per_second": length / statistics.median(seconds), "threads": args.threads,
+                row = {"dtype": dtype, "length": length, "cached": args.cached, "rule": rule,
+                       "seconds": statistics.median(seconds), "threads": args.threads,
+                       "tokens_per_second": (length - args.cached) / statistics.median(seconds),
                        "cat_seconds": cat_seconds(lm, length, step) if step else 0.0}  # fmt: skip
                 print(json.dumps(row), flush=True)
                 rows.append(row)

@@ -123,6 +123,13 @@ def test_auto_follows_the_measured_table():
     assert prefill.measured_rule(torch.device("cpu"), torch.bfloat16, 4096) == "steps-512"
 
 
+def test_auto_reads_a_fresh_prompt_in_one_call_and_a_continuation_in_steps(lm):
+    lm.prefill.used.clear()
+    _, state = lm.forward_last(ids(600), lm.init_state(1), 1)  # float64: nothing measured, one call
+    lm.forward_last(ids(600, seed=1), state, 1)  # onto a cache: the masked rule
+    assert dict(lm.prefill.used) == {"one-call": 1, prefill.MASKED: 1}
+
+
 @pytest.mark.parametrize("value", ["fast", "steps-0", "steps-x", "steps-"])
 def test_a_bad_prefill_option_is_one_line(llama_dir, value):
     with pytest.raises(MegaevalError, match=r"bad prefill rule .*; write prefill=auto, prefill=one-call or prefill="):

@@ -3,9 +3,9 @@
 Rules: `one-call`, every token in one model call, which on a fresh state of unpadded rows is the attention
 implementation's causal fast path (sdpa with is_causal, flash attention where loaded: no mask tensor); `steps-N`,
 calls of N tokens, each attending to the cache so far through an explicit mask. `auto` (the `prefill` model option's
-default) picks, per prompt, the rule measured fastest for its device, dtype and length (MEASURED, from
-`bench/prefill_rules.py`; bench/RESULTS.md holds the table). Every rule gives the same logits up to rounding
-(tests/models/hf/test_prefill.py, float64).
+default) picks, per read, the rule measured fastest for its device, dtype and length for a fresh read (MEASURED,
+from `bench/prefill_rules.py`; bench/RESULTS.md holds the table), and MASKED for a read that needs a mask. Every rule
+gives the same logits up to rounding (tests/models/test_hf_prefill.py, float64).
 
 One call holds the activations of every token at once: about (3 × MLP width + 4 × hidden size) values a token
 (`activation_bytes`), beside the KV cache it fills; calls are cut so that they stay within CALL_BYTES (SmolLM2-135M
@@ -40,6 +40,10 @@ MEASURED: dict[tuple[str, torch.dtype], list[tuple[int, str]]] = {
     ("cpu", torch.bfloat16): [(4096, "steps-512")],
 }
 UNMEASURED = "one-call"
+# A read onto a cache, or of padded rows, needs the mask, and sdpa's CPU kernels with a mask are slower on one long call
+# than on 512-token ones: a 3,584-token read onto 512 cached tokens took 40.8 s in one call and 28.3 s in 512-token
+# steps (float32, one thread; bench/prefill_rules.py --cached 512). `auto` steps such reads on every device.
+MASKED = "steps-512"
 
 _forced: list[str] = []
 
@@ -90,11 +94,12 @@ class Prefill:
         `rows` rows, as the rule says (`token_bytes`: activations a token, `activation_bytes`); counted in `used`
         and `tokens` when more than one token a row."""
         rule = _forced[-1] if _forced else self.option
+        masked = cached > 0 or padded  # a call that needs the explicit mask
         if rule == "auto":
-            rule = measured_rule(device, dtype, cached + tokens)
+            rule = MASKED if masked else measured_rule(device, dtype, cached + tokens)
         step = tokens if rule == "one-call" else int(rule.split("-")[1])
         room = CALL_BYTES // max(rows * token_bytes, 1)
-        if cached > 0 or padded:  # a call that needs the explicit mask
+        if masked:
             room = min(room, MASK_ELEMENTS // max(rows * (cached + tokens), 1))
         if step > room:
             step = max(room, 1)
