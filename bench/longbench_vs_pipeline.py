@@ -27,12 +27,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "helpers"))
+from pipelines import REPO, model_folder, one_thread_env, print_comparison, work_folder
+
 LONGBENCH_COMMIT = "2e00731f8d0bff23dc4325161044d0ed8af94c1e"  # as tests/fixtures/longbench
 LONGBENCH_GIT = os.environ.get("LONGBENCH_GIT", "/work/.mirror/THUDM+LongBench/repo")
 V1_TASKS = ("narrativeqa", "qasper", "multifieldqa_en", "multifieldqa_zh", "hotpotqa", "2wikimqa", "musique",
@@ -40,7 +39,7 @@ V1_TASKS = ("narrativeqa", "qasper", "multifieldqa_en", "multifieldqa_zh", "hotp
             "passage_count", "passage_retrieval_en", "passage_retrieval_zh", "lcc", "repobench-p")  # fmt: skip
 
 # The official loop, in a process of its own: argv = [work, folder, dtype, max_length, tasks, num_samples, data].
-OFFICIAL = r'''
+OFFICIAL = r"""
 import json, os, sys, types
 work, folder, dtype, max_length, tasks, limit, data = sys.argv[1:8]
 sys.path.insert(0, os.path.join(work, "LongBench"))
@@ -66,7 +65,7 @@ for task in tasks.split(","):
     dist.init_process_group("gloo", init_method="file://" + os.path.join(work, "pg-" + task), rank=0, world_size=1)
     pred.get_pred(0, 1, rows, int(max_length), maxlen[task], prompts[task], task, None, "smollm2",
                   {"smollm2": folder}, out)
-'''
+"""
 
 
 def parse_args() -> argparse.Namespace:
@@ -83,13 +82,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def env() -> dict[str, str]:
-    """One thread, offline, quiet."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-            "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-
-
 def official_side(args: argparse.Namespace, folder: Path, work: Path, tasks: list[str]) -> float:
     """Seconds of LongBench's get_pred over every task, in one process (its model loaded per task, as pred.py does)."""
     if not (work / "LongBench" / "pred.py").is_file():
@@ -102,7 +94,7 @@ def official_side(args: argparse.Namespace, folder: Path, work: Path, tasks: lis
         (work / "official" / f"{task}.jsonl").unlink(missing_ok=True)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", OFFICIAL, str(work), str(folder), args.dtype, str(args.max_length),
-                    ",".join(tasks), str(args.num_samples), str(args.data)], check=True, env=env(),
+                    ",".join(tasks), str(args.num_samples), str(args.data)], check=True, env=one_thread_env(),
                    capture_output=True, text=True)  # fmt: skip
     return time.perf_counter() - start  # the process's wall clock, as megaeval's: imports and loads included
 
@@ -115,51 +107,31 @@ def megaeval_side(args: argparse.Namespace, folder: Path, work: Path, tasks: lis
            "--samples", str(work / "megaeval.jsonl"), "--out", str(work / "megaeval.json"),
            "--no-progress"]  # fmt: skip
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env(), cwd=REPO, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, env=one_thread_env(), cwd=REPO, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
-def compare(work: Path, tasks: list[str]) -> tuple[int, int, list[str]]:
-    """(same predictions, records, the first few that differ), record by record in the data's order."""
-    mine: dict[str, list[str]] = {}
+def predictions(work: Path, tasks: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """LongBench's and megaeval's predictions, task by task in the data's order."""
+    files = {task: work / "official" / f"{task}.jsonl" for task in tasks}
+    theirs = {task: [json.loads(x)["pred"] for x in f.read_text("utf-8").splitlines()] for task, f in files.items()}
+    ours: dict[str, list[str]] = {}
     for s in map(json.loads, (work / "megaeval.jsonl").read_text(encoding="utf-8").splitlines()):
-        mine.setdefault(s["task"], []).append(s["prediction"])
-    same = total = 0
-    differ = []
-    for task in tasks:
-        theirs = [json.loads(x)["pred"] for x in (work / "official" / f"{task}.jsonl").read_text("utf-8").splitlines()]
-        for i, text in enumerate(theirs):
-            total += 1
-            ours = mine.get(task, [])[i] if i < len(mine.get(task, [])) else None
-            if ours == text:
-                same += 1
-            elif len(differ) < 5:
-                differ.append(f"{task}/{i}: official {text[:70]!r} megaeval {str(ours)[:70]!r}")
-    return same, total, differ
+        ours.setdefault(s["task"], []).append(s["prediction"])
+    return theirs, ours
 
 
 def main() -> None:
     args = parse_args()
-    if args.folder:
-        folder = args.folder
-    else:
-        from megaeval_testing.servers import smollm2_folder
-
-        folder = smollm2_folder()
-    work = args.work or Path(tempfile.mkdtemp(prefix="longbench-vs-pipeline-"))
-    work.mkdir(parents=True, exist_ok=True)
+    folder = model_folder(args.folder)
+    work = work_folder(args.work, "longbench-vs-pipeline-")
     present = [t for t in V1_TASKS if (args.data / f"{t}.jsonl").is_file()]
     tasks = present if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
     print(f"{len(tasks)} tasks of {args.data}, {args.dtype}, max_length {args.max_length}, one thread; in {work}")
     theirs = official_side(args, folder, work, tasks)
     print(f"  LongBench pred.py: {theirs:,.1f} s", flush=True)
     ours = megaeval_side(args, folder, work, tasks)
-    same, total, differ = compare(work, tasks)
-    print(f"LongBench pred.py: {theirs:,.1f} s   megaeval longbench: {ours:,.1f} s   "
-          f"pred.py ÷ megaeval: {theirs / ours:.2f}")
-    print(f"same predictions: {same} of {total}")
-    for line in differ:
-        print("  differs:", line)
+    print_comparison("LongBench pred.py", theirs, ours, *predictions(work, tasks))
 
 
 if __name__ == "__main__":

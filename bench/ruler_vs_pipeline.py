@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "helpers"))
+from pipelines import REPO, model_folder, one_thread_env, print_comparison, work_folder
 
 NEMO_READER = '''"""Stand-in for NeMo's read_manifest, for RULER's call_api.py offline (bench/ruler_vs_pipeline.py)."""
 import json
@@ -62,16 +59,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def env(extra_path: Path | None = None) -> dict[str, str]:
-    """One thread, offline, quiet."""
-    out = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-           "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-    if extra_path is not None:
-        out["PYTHONPATH"] = f"{extra_path}{os.pathsep}{out.get('PYTHONPATH', '')}"
-    return out
-
-
 def tasks_of(args: argparse.Namespace) -> list[str]:
     from megaeval.data_prep.ruler_reference import TASKS
 
@@ -89,7 +76,7 @@ def prepare(args: argparse.Namespace, folder: Path, work: Path, tasks: list[str]
                "--tasks", ",".join(tasks), "--no-progress"]  # fmt: skip
         cmd += ["--essays", str(args.essays)] if set(tasks) & ESSAY_TASKS else []  # a flag no task reads is refused
         cmd += ["--qa-data", str(args.qa_data)] if set(tasks) & set(QA_TASKS) else []
-        subprocess.run(cmd, check=True, env=env(), cwd=REPO)
+        subprocess.run(cmd, check=True, env=one_thread_env(), cwd=REPO)
     return data
 
 
@@ -118,7 +105,8 @@ def ruler_side(args: argparse.Namespace, folder: Path, data: Path, work: Path, t
                "--benchmark", "synthetic", "--task", task, "--server_type", "hf", "--model_name_or_path", str(folder),
                "--temperature", "0.0", "--batch_size", "1"]  # fmt: skip
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, env=env(work / "shim"), cwd=checkout / "scripts", capture_output=True)
+        subprocess.run(cmd, check=True, env=one_thread_env(work / "shim"), cwd=checkout / "scripts",
+                       capture_output=True)  # fmt: skip
         took = time.perf_counter() - start
         seconds += took
         print(f"  RULER {task}: {took:.1f} s", flush=True)
@@ -133,38 +121,24 @@ def megaeval_side(args: argparse.Namespace, folder: Path, data: Path, work: Path
            "--tasks", ",".join(tasks), "--batch-size", args.batch_size, "--samples", str(work / "megaeval.jsonl"),
            "--out", str(work / "megaeval.json"), "--no-progress", *args.megaeval_args.split()]  # fmt: skip
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, env=env(), cwd=REPO)
+    subprocess.run(cmd, check=True, env=one_thread_env(), cwd=REPO)
     return time.perf_counter() - start
 
 
-def compare(work: Path, tasks: list[str]) -> tuple[int, int, list[str]]:
-    """(same predictions, instances, the first few that differ)."""
-    mine = {(s["task"], s["sample"]): s["prediction"]
-            for s in map(json.loads, (work / "megaeval.jsonl").read_text().splitlines())}  # fmt: skip
-    same = total = 0
-    differ = []
-    for task in tasks:
-        for i, line in enumerate((work / "ruler" / f"{task}.jsonl").read_text().splitlines()):  # in the data's order
-            rec = json.loads(line)
-            total += 1
-            theirs, ours = rec["pred"], mine.get((task, i))
-            if ours is not None and ours.strip() == theirs.strip():
-                same += 1
-            elif len(differ) < 5:
-                differ.append(f"{task}/{rec['index']}: RULER {theirs[:80]!r} megaeval {str(ours)[:80]!r}")
-    return same, total, differ
+def predictions(work: Path, tasks: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """RULER's and megaeval's predictions, task by task in the data's order."""
+    theirs = {task: [json.loads(line)["pred"] for line in (work / "ruler" / f"{task}.jsonl").read_text().splitlines()]
+              for task in tasks}  # fmt: skip
+    ours: dict[str, list[str]] = {}
+    for s in sorted(map(json.loads, (work / "megaeval.jsonl").read_text().splitlines()), key=lambda s: s["sample"]):
+        ours.setdefault(s["task"], []).append(s["prediction"])
+    return theirs, ours
 
 
 def main() -> None:
     args = parse_args()
-    if args.folder:
-        folder = args.folder
-    else:
-        from megaeval_testing.servers import smollm2_folder
-
-        folder = smollm2_folder()
-    work = args.work or Path(tempfile.mkdtemp(prefix="ruler-vs-pipeline-"))
-    work.mkdir(parents=True, exist_ok=True)
+    folder = model_folder(args.folder)
+    work = work_folder(args.work, "ruler-vs-pipeline-")
     tasks = tasks_of(args)
     data = prepare(args, folder, work, tasks)
     print(f"{len(tasks)} tasks × {args.num_samples} at {args.length:,} tokens, {args.dtype}, one thread; in {work}")
@@ -173,12 +147,7 @@ def main() -> None:
     else:
         theirs = ruler_side(args, folder, data, work, tasks)
     ours = megaeval_side(args, folder, data, work, tasks)
-    same, total, differ = compare(work, tasks)
-    print(f"RULER call_api.py (hf): {theirs:,.1f} s   megaeval ruler: {ours:,.1f} s   "
-          f"RULER ÷ megaeval: {theirs / ours:.2f}")
-    print(f"same predictions: {same} of {total}")
-    for line in differ:
-        print("  differs:", line)
+    print_comparison("RULER call_api.py (hf)", theirs, ours, *predictions(work, tasks), strip=True)
 
 
 if __name__ == "__main__":

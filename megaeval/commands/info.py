@@ -22,12 +22,12 @@ def load_for_info(spec: str | None, model_args: dict[str, Any], device: str, dty
     return load_model(spec, device=device, dtype=dtype, **model_options(spec, model_args, kernels=kernels))
 
 
+LOAD_TIME = "load time"  # info's last row (the golden files mask its value)
+
+
 def info_table(lm: StreamingLM, load_seconds: float | None = None) -> str:
     """The model's own description rows as a two-column table, never wrapped; then the load time when given (from
     the spec to a model ready to run: the family's libraries imported, its files read and checked; a served model's
     server asked)."""
     rows = lm.info_rows() + ([(LOAD_TIME, f"{load_seconds:.2f} s")] if load_seconds is not None else [])
     return render_rows(f"{lm.family} model", rows)
-
-
-LOAD_TIME = "load time"

@@ -11,6 +11,8 @@ import torch
 
 from ..kernels.nll import IGNORE_INDEX
 
+READ_TOKENS = 2048  # tokens per call while a long prompt is read (`StreamingLM.read_call_tokens`'s default)
+
 
 class Tokenizer(Protocol):
     """What megaeval needs from a tokenizer. `adds_bos` (optional): whether the model's own convention starts a
@@ -153,7 +155,7 @@ class StreamingLM(ABC):
     def read_call_tokens(self, length: int) -> int:
         """Tokens per call when a `length`-token prompt is read (`scoring.generate.read`): a bound on the activations
         alive at once; a family that plans its own prefill (`hf.prefill`) takes the prompt whole."""
-        return 2048
+        return READ_TOKENS
 
     def read_rows(self, rows: list[list[int]]) -> list[State]:
         """Fresh states after each of `rows` (non-empty token lists), as `advance` from `init_state(1)` gives them.

@@ -38,7 +38,7 @@ def answer_measured(
     else:
         answers, _ = run.answerer.answer(queries, rule, shared=shared, rows=rows, after_prompt=note)
     seconds = (time.perf_counter() - start) / len(queries)
-    timing = getattr(run.answerer, "timing", None)
+    timing = run.answerer.timing  # (reading, decoding) seconds of the call; None: a server's
     split = {PREFILL: None, DECODE: None} if timing is None else {PREFILL: timing[0] / len(queries),
                                                                   DECODE: timing[1] / len(queries)}  # fmt: skip
     split[GENERATED] = sum(a.n_tokens for a in answers) / len(queries)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..errors import fail
-from ..models.base import Decoder, State, StreamingLM, can_stack, stack_states
+from ..models.base import READ_TOKENS, Decoder, State, StreamingLM, can_stack, stack_states
 from ..models.group import GroupLM
 from .decoding import GREEDY, Decoding, Generation, Row, next_step
 from .finite import require_finite
@@ -129,9 +129,6 @@ def rows_per_batch(lm: StreamingLM, setting: str | int, length: int) -> int:
         return int(setting)
     cap = 8 if lm.device.type == "cpu" else 32
     return cap if lm.max_context is None else max(1, min(cap, cap * 4096 // length))
-
-
-READ_TOKENS = 2048  # the default tokens per call while reading a long prompt (`StreamingLM.read_call_tokens`)
 
 
 def read(

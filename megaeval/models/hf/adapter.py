@@ -26,7 +26,7 @@ from . import checkpoint, flops
 from .config import check_weights, locate, max_context_of, refuse_remote_code
 from .gguf_reading import fast_reading
 from .model import HFState, refuse_non_causal
-from .prefill import STEP_TOKENS, Prefill, activation_bytes
+from .prefill import STEP_TOKENS, Prefill, activation_bytes, pieces
 from .prefill import parse as parse_prefill
 
 
@@ -185,7 +185,7 @@ class HFCausalLM(StreamingLM):
         padded = getattr(state, "pads", None) is not None
         sizes = self.prefill.plan(head, state.length, state.batch_size, padded, self.device, self.dtype,
                                   self._token_bytes) if head else []  # fmt: skip
-        sizes += [min(STEP_TOKENS, total - at) for at in range(head, total, STEP_TOKENS)]
+        sizes += pieces(total - head, STEP_TOKENS)
         start = 0
         for size in sizes:
             piece = tokens[:, start : start + size]

@@ -107,16 +107,17 @@ class Prefill:
         if tokens > 1:  # a read; one token a row is a decoding step
             self.used[rule] += 1
             self.tokens[rule] += tokens * rows
-        sizes, left = [], tokens
-        while left > 0:
-            sizes.append(min(step, left))
-            left -= sizes[-1]
-        return sizes
+        return pieces(tokens, step)
 
     def describe(self) -> dict[str, object]:
         """The option, and how many reads each rule made and the tokens they read (this process)."""
         return {"rule": self.option, "reads": dict(sorted(self.used.items())),
                 "tokens": dict(sorted(self.tokens.items()))}  # fmt: skip
+
+
+def pieces(tokens: int, step: int) -> list[int]:
+    """The sizes of calls of `step` tokens (the last one shorter) that read `tokens` tokens."""
+    return [min(step, tokens - at) for at in range(0, tokens, step)]
 
 
 def activation_bytes(config: object, dtype: torch.dtype) -> int:
