@@ -12,6 +12,8 @@ import torch
 
 from megaeval.models import load_model
 from megaeval.models.base import can_stack, stack_states
+from megaeval.scoring.answering import LocalAnswerer, Query, Rule, like_lengths
+from megaeval.scoring.decoding import GREEDY, Decoding
 from megaeval.scoring.generate import decode_rows, generate_branches, greedy_generate, read
 from megaeval_testing.recurrent import save_tiny
 
@@ -111,7 +113,8 @@ def test_selecting_rows_leaves_the_state_as_it_was_and_drops_padding_no_row_need
 
 
 @pytest.mark.parametrize("name", EVERY)
-@pytest.mark.parametrize("batch_size", [1, 2, 5])
+# batches of every size with -m slow; by default 5 rows, which end, leave and are refilled
+@pytest.mark.parametrize("batch_size", [pytest.param(n, marks=pytest.mark.slow) for n in (1, 2)] + [5])
 def test_decoding_in_batches_gives_each_prompt_its_own_answer(models, name, batch_size):
     lm = models(name)
     prompts = [ids(lm, n, 10 + k) for k, n in enumerate((3, 40, 17, 90, 1, 60, 25, 8))]
@@ -131,6 +134,31 @@ def test_decoding_in_batches_gives_each_prompt_its_own_answer(models, name, batc
     got = decode_rows(lm, rows(), 9, stop, batch_size)
     assert [(g.text, g.tokens, g.stop_reason) for g in got] == [(a.text, a.tokens, a.stop_reason) for a in alone]
     assert taken == list(range(len(prompts)))
+
+
+def sizes_into(sizes: list[int]):
+    return lambda state: sizes.append(state.nbytes())
+
+
+def test_prompts_that_share_no_start_decode_longest_first_and_answer_in_their_order(models):
+    """`LocalAnswerer.answer` without shared starts: rows of like lengths together (read longest first), each answer
+    in its prompt's place, sampled rows with their own prompt's seed; what each prompt gets alone."""
+    lm = models("embedded:transformer-tiny")
+    prompts = [ids(lm, n, 70 + n) for n in (12, 90, 3, 44, 90, 7)]
+    seeds = tuple(100 + k for k in range(len(prompts)))
+    for decoding in (GREEDY, Decoding(temperature=1.0, seeds=seeds)):
+        alone = []
+        for k, p in enumerate(prompts):
+            one = Decoding(decoding.temperature, (seeds[k],)) if decoding.temperature else decoding
+            alone.append(LocalAnswerer(lm).answer([Query(p)], Rule(7, (), one))[0][0])
+        sizes: list[int] = []  # each prompt's KV cache as it is read: its length
+        asked = [Query(p) for p in prompts]
+        got, read_tokens = LocalAnswerer(lm).answer(
+            asked, Rule(7, (), decoding), rows=3, after_prompt=sizes_into(sizes)
+        )
+        assert [(g.tokens, g.stop_reason) for g in got] == [(a.tokens, a.stop_reason) for a in alone]
+        assert read_tokens == sum(map(len, prompts)) and sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
+    assert like_lengths([len(p) for p in prompts]) == [1, 4, 3, 0, 5, 2]  # longest first, ties as given
 
 
 def test_rows_end_at_different_steps_and_the_queue_refills_the_batch(models):

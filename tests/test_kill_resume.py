@@ -305,7 +305,7 @@ def test_kill_before_any_progress_then_resume(world: World, tmp_path: Path):
     assert_same_run(got, ref)
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", [pytest.param("SIGTERM", marks=pytest.mark.slow), "SIGINT"])  # one handler
 def test_an_interrupt_after_some_units_says_what_resume_will_do(world: World, sig: str, tmp_path: Path):
     """SIGTERM or Ctrl-C once units have finished: exit code 130 and one line with how far the run got and what
     --resume does; resumed, the run gives the uninterrupted result."""

@@ -36,7 +36,8 @@ class State(Protocol):
     `clone()`: a deep copy, sharing no tensor with this state (snapshot a few-shot prefix once, reuse it for
     every example). `repeat(n)`: a new state for B * n sequences, row i * n + j a copy of row i (every choice
     of a question continues the question's state in one batched call); this state is left as it was.
-    `nbytes()`: the bytes of the tensors it holds (counters and positions not counted), as reports show them.
+    `nbytes()`: the bytes of the tensors it holds (counters and positions not counted; nor the spare room of buffers
+    that grow in place, as the hf family's KV cache keeps), as reports show them.
 
     Rows at different positions (optional, see `can_stack`): `type(state).stack([s1, s2, ...])` is one batch of
     the rows of several states, each row keeping its own tokens and position, and `state.select(rows)` keeps some

@@ -6,7 +6,7 @@ which backend answers."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -78,7 +78,8 @@ class Answerer(Protocol):
 
 class LocalAnswerer:
     """A model in this process: prompts read as `generate_branches` reads them (`shared`: a start shared with the next
-    prompt read once), `rows` decoded together; `after_prompt` sees each prompt's state."""
+    prompt read once, in the order given; otherwise longest first, so that rows decoded together have like lengths
+    and pad little), `rows` decoded together; `after_prompt` sees each prompt's state."""
 
     def __init__(self, lm: StreamingLM):
         self.lm = lm
@@ -99,11 +100,18 @@ class LocalAnswerer:
         after_prompt: Callable[[State], None] | None = None,
     ) -> tuple[list[Generation], int]:  # fmt: skip
         ids = [np.asarray(p.ids) for p in prompts]
+        order = list(range(len(ids))) if shared else like_lengths([len(i) for i in ids])
+        decoding = rule.decoding
+        if decoding.seeds is not None and len(decoding.seeds) == len(ids):  # each prompt keeps its own seed
+            decoding = replace(decoding, seeds=tuple(decoding.seeds[i] for i in order))
         clock = Clock()
-        out = generate_branches(self.lm, ids, self.lm.init_state(1), rule.max_new_tokens, list(rule.stop), shared,
-                                after_prompt, rows, rule.decoding, clock)  # fmt: skip
+        answers, read = generate_branches(self.lm, [ids[i] for i in order], self.lm.init_state(1), rule.max_new_tokens,
+                                          list(rule.stop), shared, after_prompt, rows, decoding, clock)  # fmt: skip
         self.timing = (clock.prefill, clock.decode)
-        return out
+        out: list[Any] = [None] * len(ids)
+        for k, i in enumerate(order):
+            out[i] = answers[k]
+        return out, read
 
     def answer_groups(
         self, prefix: Query, groups: Sequence[Sequence[Query]], rule: Rule, *, shared: bool = True, rows: int = 1,
@@ -149,6 +157,12 @@ class LocalAnswerer:
         if key not in self._prefixes:
             self._prefixes[key] = read_prefix(self.lm, list(key)).state
         return self._prefixes[key]
+
+
+def like_lengths(lengths: Sequence[int]) -> list[int]:
+    """The order prompts of these lengths are answered in when they share no start: longest first (ties as given), so
+    that the rows of a batch, and the rows that join it as others end, have like lengths (less padding read)."""
+    return sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
 
 def chat_messages(chat: ChatFormat, text: str) -> tuple[dict[str, str], ...]:

@@ -86,6 +86,7 @@ def test_kernel_blocks_in_parallel_start_from_pooled_statistics():
 
 
 @triton_only
+@pytest.mark.slow  # a larger size of test_kernel_matches_reference_across_calls (float64 statistics across calls)
 def test_kernel_statistics_stay_float64_exact_over_a_long_shifted_stream():
     """8 calls of 250 tokens at 1000 +- 0.01: float32 arithmetic, statistics as exact as float64."""
     g = torch.Generator().manual_seed(3)

@@ -25,6 +25,7 @@ from ..options import as_bool
 from . import checkpoint, flops
 from .config import check_weights, locate, max_context_of, refuse_remote_code
 from .gguf_reading import fast_reading
+from .kv_cache import cache_argument, growing_cache
 from .model import HFState, refuse_non_causal
 from .prefill import STEP_TOKENS, Prefill, activation_bytes, pieces
 from .prefill import parse as parse_prefill
@@ -124,6 +125,7 @@ class HFCausalLM(StreamingLM):
         self._weights_sha256: str | None = None
         self._options = {**(options or {}), "gguf_file": gguf_file, "max_context": max_context}
         self._takes_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self._cache_kw = cache_argument(self.model)
         self.prefill = Prefill(self._options.get("prefill", "auto"))
         self._token_bytes = activation_bytes(model.config, self.dtype)
 
@@ -179,7 +181,7 @@ class HFCausalLM(StreamingLM):
         position `first` on (the output layer runs only there when the model takes logits_to_keep); updates `state`
         in place."""
         if state.cache is None:
-            state.cache = checkpoint.transformers_module().DynamicCache()
+            state.cache = growing_cache()
         total = tokens.shape[1]
         head = total if total - first <= STEP_TOKENS else first  # read by the rule; the rest STEP_TOKENS a call
         padded = getattr(state, "pads", None) is not None
@@ -194,8 +196,8 @@ class HFCausalLM(StreamingLM):
             kwargs = {"logits_to_keep": max(keep, 1)} if self._takes_keep and keep < size else {}
             if padded:  # rows of different lengths: masked padding, own positions
                 kwargs.update(_padded_rows(state, size, self.device))
-            out = self.model(input_ids=piece, past_key_values=state.cache, use_cache=True, **kwargs)
-            state.cache = out.past_key_values
+            out = self.model(input_ids=piece, use_cache=True, **{self._cache_kw: state.cache}, **kwargs)
+            state.cache = getattr(out, self._cache_kw)
             state.length += size
             if keep > 0:
                 logits = out.logits[:, out.logits.shape[1] - keep :]

@@ -60,6 +60,7 @@ from ...kernels.nll import IGNORE_INDEX
 from ..group import GroupLM
 from .adapter import STEP_TOKENS, HFCausalLM
 from .attention import ACTIVE, NAME, Call, sequence_parallel_attention
+from .kv_cache import cache_argument
 from .model import cache_tensors, repeated_cache
 
 REPLICATE_BELOW = 32  # calls of fewer than P x this many tokens (decoding) are replicated, not sliced
@@ -162,9 +163,8 @@ def _backbone(model: Any, tokens: Tensor, positions: Tensor, cache: Any, call: C
     token = ACTIVE.set(call)
     config._attn_implementation = NAME
     try:
-        out = model.base_model(
-            input_ids=tokens, position_ids=positions[None].to(tokens.device), past_key_values=cache, use_cache=True
-        )
+        out = model.base_model(input_ids=tokens, position_ids=positions[None].to(tokens.device), use_cache=True,
+                               **{cache_argument(model.base_model): cache})  # fmt: skip
     finally:
         config._attn_implementation = before
         ACTIVE.reset(token)
