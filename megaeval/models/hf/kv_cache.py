@@ -40,6 +40,8 @@ def growing_layer() -> type:
     """The cache layer class (a transformers DynamicLayer, defined once transformers is imported)."""
     from transformers.cache_utils import DynamicLayer
 
+    takes_values = "value_states" in inspect.signature(DynamicLayer.lazy_initialization).parameters  # 5.x; 4.x: keys
+
     class GrowingLayer(DynamicLayer):
         """A DynamicLayer whose `keys` and `values` are views of the first tokens of larger buffers it owns: a call
         writes its new keys and values after them, and the buffers are reallocated (an eighth larger) only when
@@ -61,7 +63,7 @@ def growing_layer() -> type:
             self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
         ) -> tuple[torch.Tensor, torch.Tensor]:
             if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
+                self.lazy_initialization(*((key_states, value_states) if takes_values else (key_states,)))
             held = self.keys.shape[-2] if self.keys.dim() == 4 else 0
             end = held + key_states.shape[-2]
             owned = self._owned
