@@ -162,7 +162,8 @@ def _evaluate(run: Run, settings: GraphwalksSettings, walks: list[Walk], source:
         for w in walks:
             check_fit(lm, walk_query(lm, template, chosen["render_effective"], w, settings.bos),
                       settings.max_new_tokens, FIT)  # fmt: skip
-    announce_cost(run, "records", left_units, min(4096, lm.max_context or 4096), about=True)
+    announce_cost(run, "records", left_units, min(4096, lm.max_context or 4096), about=True,
+                  rows=min(size, max(len(walks), 1)))  # fmt: skip
     rows = run.map(walks, key=lambda w: w.id, compute=lambda w: compute_batch([w])[0], unit_name="chars",
                    weight=lambda w: w.prompt_chars + 1, describe=lambda w: w.problem_type, batch=size,
                    compute_batch=compute_batch)  # fmt: skip

@@ -261,7 +261,8 @@ def _evaluate_v1(
     first = v1_prompt(specs[units[0][0]]["prompt"], records[units[0][0]][0]) if units else ""
     tokens = token_estimates(lm, first, sizes, settings.max_prompt_tokens or lm.max_context)
     weights = dict(zip(units, tokens, strict=True))
-    announce_cost(run, [(list(u), weights[u], specs[u[0]]["max_new_tokens"]) for u in units])
+    rows = min(size, max(1, round(len(units) / max(len(specs), 1))))  # a batch decodes one task's records
+    announce_cost(run, [(list(u), weights[u], specs[u[0]]["max_new_tokens"]) for u in units], rows)
     done = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
                    weight=lambda u: weights[u], describe=lambda u: u[0], batch=size,
                    compute_batch=compute_batch)  # fmt: skip
@@ -335,7 +336,7 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
     first = items[0]["context"] if items else ""
     weights = dict(enumerate(token_estimates(lm, first, sizes, settings.max_prompt_tokens or lm.max_context)))
     new = V2_COT_BUDGET + V2_BUDGET if settings.cot else 0 if settings.protocol == "loglik" else V2_BUDGET
-    announce_cost(run, [(items[i]["_id"], w, new) for i, w in weights.items()])
+    announce_cost(run, [(items[i]["_id"], w, new) for i, w in weights.items()], min(size, max(len(items), 1)))
     done = run.map(list(range(len(items))), key=lambda i: items[i]["_id"], compute=lambda i: compute_batch([i])[0],
                    unit_name="tokens", weight=lambda i: weights[i], describe=lambda i: items[i]["domain"],
                    batch=size, compute_batch=compute_batch)  # fmt: skip
@@ -347,15 +348,16 @@ def _evaluate_v2(run: Run, settings: LongbenchSettings, items: list[dict], data:
     return run.finish({**asdict(settings), **effective}, data, results, samples=samples)
 
 
-def announce_cost(run: Run, costs: list[tuple[Any, int, int]]) -> None:
+def announce_cost(run: Run, costs: list[tuple[Any, int, int]], rows: int) -> None:
     """The cost line (`runs.cost`): the records still to run (`costs`: each unit's journal key, its prompt tokens,
-    about, and its new tokens at most), their tokens, at the model's read rate now."""
+    about, and its new tokens at most), their tokens, at the model's read rate now (`rows` records decoded
+    together)."""
 
     def left(journal: Any) -> tuple[int, int, list[int], int]:
         todo = [cost for cost in costs if cost[0] not in journal]
         return len(todo), len(costs), [c[1] for c in todo], sum(c[2] for c in todo)
 
-    cost_line(run, "records", left, min(4096, run.lm.max_context or 4096), about=True)
+    cost_line(run, "records", left, min(4096, run.lm.max_context or 4096), about=True, rows=rows)
 
 
 def item_fields(item: dict[str, Any]) -> dict[str, Any]:

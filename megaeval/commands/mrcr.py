@@ -252,7 +252,8 @@ def _evaluate(run: Run, settings: MrcrSettings, all_records: list[Record], sourc
         for r in records:
             check_fit(lm, record_query(lm, template, chosen["render_effective"], r, settings.bos),
                       settings.max_new_tokens, MRCR_FIT)  # fmt: skip
-    announce_cost(run, "records", left_units, min(4096, lm.max_context or 4096), about=True)
+    announce_cost(run, "records", left_units, min(4096, lm.max_context or 4096), about=True,
+                  rows=min(size, max(len(records), 1)))  # fmt: skip
     rows = run.map(records, key=lambda r: r.id, compute=lambda r: compute_batch([r])[0], unit_name="tokens",
                    weight=lambda r: r.prompt_tokens + 1, describe=lambda r: f"{r.needles} needles", batch=size,
                    compute_batch=compute_batch)  # fmt: skip

@@ -278,7 +278,7 @@ def _evaluate(run: Run, settings: RulerSettings, specs: dict, inputs: RulerInput
     # one batch size for every length: the longest length's, so that a batch of the longest prompts fits
     size = run.answerer.rows(settings.batch_size, max(settings.lengths))
     units = [(t, n, i) for t in specs for n in settings.lengths for i in range(settings.num_samples)]
-    announce_cost(run, specs, units)
+    announce_cost(run, specs, units, min(size, settings.num_samples))  # a batch decodes one task's instances
     records = run.map(units, key=list, compute=lambda u: compute_batch([u])[0], unit_name="tokens",
                       weight=lambda u: u[1], describe=lambda u: f"{u[0][:8]} {format_length(u[1])}", batch=size,
                       compute_batch=compute_batch)  # fmt: skip
@@ -303,9 +303,9 @@ def overflow_fix(settings: RulerSettings) -> str:
     return "use a task file with fewer tokens_to_generate, or a longer --lengths"
 
 
-def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, int]]) -> None:
+def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, int]], rows: int) -> None:
     """The cost line (`runs.cost`): the instances and prompt tokens still to read and their answers' budget, at the
-    rates the model reads and generates now."""
+    rates the model reads and generates now (`rows` instances decoded together)."""
     lengths = sorted({n for _, n, _ in units})
 
     def left(journal: Any) -> tuple[int, int, list[int], int]:
@@ -313,7 +313,7 @@ def announce_cost(run: Run, specs: dict[str, dict], units: list[tuple[str, int, 
         new = sum(specs[t]["tokens_to_generate"] for t, _, _ in todo)
         return len(todo), len(units), [n for _, n, _ in todo], new
 
-    cost_line(run, "instances", left, min(lengths[0], run.lm.max_context or lengths[0]))
+    cost_line(run, "instances", left, min(lengths[0], run.lm.max_context or lengths[0]), rows=rows)
 
 
 def ruler_summary(report: dict[str, Any]) -> str:

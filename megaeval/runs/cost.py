@@ -5,8 +5,9 @@ send).
 The time comes from a short probe timed now (a read of at most PROBE_TOKENS tokens, then a few new tokens: a second
 or two), scaled to each prompt's length by the model's FLOPs per token where the family knows them (an attention
 model reads a 32K prompt slower per token than a 512-token one, a state-carrying model at the same rate), so the line
-costs little of the run it estimates. Generation is the answers' budget at the probe's time per new token, scaled
-alike to the prompts' mean length: an upper bound, as answers stop early and rows decoded together share a step.
+costs little of the run it estimates. Generation is the answers' budget at the probe's time per new token and row,
+its rows decoded together as the command decodes them, scaled alike to the prompts' mean length: an upper bound, as
+answers stop early.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ Left = Callable[[Any], tuple[int, int, Sequence[int], int | None]]
 PROBE_TOKENS = 512
 
 
-def announce_cost(run: Any, noun: str, left: Left, rate_tokens: int, *, about: bool = False) -> None:
+def announce_cost(run: Any, noun: str, left: Left, rate_tokens: int, *, about: bool = False, rows: int = 1) -> None:
     """With the progress bar, one line on stderr: `left(journal)`'s counts of `noun` (instances, records), and the
     time their prompts and their answers' budget take at the rates a probe of at most `rate_tokens` tokens (the
-    shortest prompt length, or less) finds now (every rank probes, so that ranks sharing one model under
-    --chunk-parallel stay in step)."""
+    shortest prompt length, or less) finds now, its new tokens decoded `rows` together as the command will decode
+    them (every rank probes, so that ranks sharing one model under --chunk-parallel stay in step)."""
     if not run.progress:
         return
     probe = max(1, min(rate_tokens, PROBE_TOKENS))
-    rates = run.answerer.read_rate(probe)
+    rates = run.answerer.read_rate(probe, rows)
     if not run.ctx.is_main or run.journal is None:
         return
     todo, total, prompts, new = left(run.journal)
@@ -48,10 +49,11 @@ def announce_cost(run: Any, noun: str, left: Left, rate_tokens: int, *, about: b
         note_line(f"{head} to read: about {format_duration(reading)} per model copy ({timed}, timed now)")
         return
     mean = round(tokens / max(len(prompts), 1))
+    together = f" a row, {rows} rows together" if rows > 1 else ""
     generating = new * step * decode_scale(run.lm, probe, mean) / copies
     note_line(f"{head} to read{more}: about {format_duration(reading + generating)} per model copy, "
               f"{format_duration(reading)} reading and up to {format_duration(generating)} generating ({timed} "
-              f"and {step * 1000:,.0f} ms a new token, timed now)")  # fmt: skip
+              f"and {step * 1000:,.0f} ms a new token{together}, timed now)")  # fmt: skip
 
 
 def reading_seconds(lm: Any, probe: int, rate: float, prompts: Sequence[int]) -> float:

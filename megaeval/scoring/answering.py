@@ -52,7 +52,8 @@ class Grouped:
 
 class Answerer(Protocol):
     """Answers to prompts: each prompt's Generation, in order, and the prompt tokens the model read for them; how
-    many prompts to give it at once; how fast it reads a prompt (None: not known before it answers); `timing`: the
+    many prompts to give it at once; how fast it reads a prompt and decodes a row among `rows` (None: not known
+    before it answers); `timing`: the
     seconds its last call spent reading prompts and decoding answers (None: not known, a server's)."""
 
     lm: StreamingLM
@@ -60,7 +61,7 @@ class Answerer(Protocol):
 
     def rows(self, setting: str | int, length: int) -> int: ...
 
-    def read_rate(self, tokens: int) -> tuple[float, float] | None: ...
+    def read_rate(self, tokens: int, rows: int = 1) -> tuple[float, float] | None: ...
 
     def answer(
         self, prompts: Sequence[Query], rule: Rule, *, shared: bool = False, rows: int = 1,
@@ -90,10 +91,10 @@ class LocalAnswerer:
         """Prompts of `length` tokens decoded together (`--batch-size`: auto or N): `rows_per_batch`."""
         return rows_per_batch(self.lm, setting, length)
 
-    def read_rate(self, tokens: int) -> tuple[float, float]:
-        """Tokens per second the model reads a `tokens`-token prompt at, and the seconds a new token then takes,
-        timed now: `scoring.generate.read_rate`."""
-        return read_rate(self.lm, tokens)
+    def read_rate(self, tokens: int, rows: int = 1) -> tuple[float, float]:
+        """Tokens per second the model reads a `tokens`-token prompt at, and the seconds a new token then takes a row
+        when `rows` rows decode together, timed now: `scoring.generate.read_rate`."""
+        return read_rate(self.lm, tokens, rows=rows)
 
     def answer(
         self, prompts: Sequence[Query], rule: Rule, *, shared: bool = False, rows: int = 1,

@@ -149,9 +149,10 @@ def read(
     return require_finite(out[0, -1], "the logits after the prompt"), state
 
 
-def read_rate(lm: StreamingLM, tokens: int, steps: int = 4) -> tuple[float, float]:
+def read_rate(lm: StreamingLM, tokens: int, steps: int = 4, rows: int = 1) -> tuple[float, float]:
     """What a prompt costs the model now: tokens per second it reads a `tokens`-token prompt at, and the seconds one
-    new token then takes (the mean of `steps` single-token calls after it), timed after a short warm-up read."""
+    new token then takes a row when `rows` rows decode together (the mean of `steps` one-token calls after it on the
+    state repeated `rows` times, where states stack, divided by the rows), timed after a short warm-up read."""
 
     def synced() -> float:
         if lm.device.type == "cuda":
@@ -166,10 +167,13 @@ def read_rate(lm: StreamingLM, tokens: int, steps: int = 4) -> tuple[float, floa
     _, state = read(lm, ids[:tokens], lm.init_state(1), logits=False)
     state.nbytes()
     read_seconds = synced() - start
+    rows = rows if rows > 1 and not isinstance(lm, GroupLM) and can_stack(state) else 1
+    state = state.repeat(rows) if rows > 1 else state
     start = synced()
     for i in range(tokens, tokens + steps):
-        _, state = lm.forward_last(torch.from_numpy(ids[i : i + 1]).to(lm.device)[None], state, 1)
-    step_seconds = (synced() - start) / steps
+        step = torch.from_numpy(ids[i : i + 1]).to(lm.device)[None].expand(rows, 1)
+        _, state = lm.forward_last(step, state, 1)
+    step_seconds = (synced() - start) / steps / rows
     return tokens / max(read_seconds, 1e-9), step_seconds
 
 

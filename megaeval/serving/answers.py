@@ -50,7 +50,7 @@ class ServedAnswerer:
         so that a slow answer holds few others back."""
         return 4 * self.lm.server.concurrency if setting == "auto" else int(setting)
 
-    def read_rate(self, tokens: int) -> None:
+    def read_rate(self, tokens: int, rows: int = 1) -> None:
         """Unknown before the server answers (the cost line counts requests and tokens instead)."""
         return None
 

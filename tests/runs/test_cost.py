@@ -38,3 +38,16 @@ def test_a_family_without_flops_reads_every_token_at_the_probes_rate():
 def test_the_probe_fits_a_model_s_context(transformer):
     rate, step = read_rate(transformer, 10_000)  # asked for more than its 512 positions: reads what fits
     assert rate > 0 and step > 0
+
+
+def test_the_probe_decodes_as_many_rows_as_the_command_will(transformer, monkeypatch):
+    calls = []
+    forward_last = transformer.forward_last
+
+    def counting(tokens, state, last):
+        calls.append(tokens.shape[0])
+        return forward_last(tokens, state, last)
+
+    monkeypatch.setattr(transformer, "forward_last", counting)
+    rate, step = read_rate(transformer, 64, steps=3, rows=4)
+    assert rate > 0 and step > 0 and calls[-3:] == [4, 4, 4]  # the new tokens, 4 rows a call

@@ -129,12 +129,12 @@ def test_the_cost_line_counts_the_instances_and_tokens_still_to_run(tmp_path, ca
     with pytest.raises(KeyboardInterrupt):
         run_ruler(RulerSettings(**settings), progress=True, on_unit=stop_after_one)
     first = [line for line in capfd.readouterr().err.splitlines() if line.startswith("ruler: ")]
-    # (1K + 2K) x 2 samples: 4 instances, 6,144 tokens; at most 50 tokens generated each
+    # (1K + 2K) x 2 samples: 4 instances, 6,144 tokens; at most 50 tokens generated each, a task's 2 rows together
     assert first[0].startswith("ruler: 4 of 4 instances to run, 6,144 prompt tokens to read (and up to 200 to ")
     duration = r"[\d.]+ (s|min|h|days)"
     assert re.search(
         rf"about {duration} per model copy, {duration} reading and up to {duration} generating \(a "
-        r"512-token read at [\d,]+ tokens/s and [\d,]+ ms a new token, timed now\)",
+        r"512-token read at [\d,]+ tokens/s and [\d,]+ ms a new token a row, 2 rows together, timed now\)",
         first[0],
     ), first[0]
     # --write-data added on the resume writes every set, the finished unit's too
