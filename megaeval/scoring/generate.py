@@ -150,9 +150,8 @@ def read(
 
 
 def read_rate(lm: StreamingLM, tokens: int, steps: int = 4, rows: int = 1) -> tuple[float, float]:
-    """What a prompt costs the model now: tokens per second it reads a `tokens`-token prompt at, and the seconds one
-    new token then takes a row when `rows` rows decode together (the mean of `steps` one-token calls after it on the
-    state repeated `rows` times, where states stack, divided by the rows), timed after a short warm-up read."""
+    """What a prompt costs the model now: tokens per second it reads a `tokens`-token prompt at, and the seconds a new
+    token then takes a row, `rows` rows decoding together (the mean of `steps` calls, the state repeated), timed."""
 
     def synced() -> float:
         if lm.device.type == "cuda":
@@ -167,7 +166,7 @@ def read_rate(lm: StreamingLM, tokens: int, steps: int = 4, rows: int = 1) -> tu
     _, state = read(lm, ids[:tokens], lm.init_state(1), logits=False)
     state.nbytes()
     read_seconds = synced() - start
-    rows = rows if rows > 1 and not isinstance(lm, GroupLM) and can_stack(state) else 1
+    rows = rows if rows > 1 and not isinstance(lm, GroupLM) and can_stack(state) else 1  # as decode_rows stacks
     state = state.repeat(rows) if rows > 1 else state
     start = synced()
     for i in range(tokens, tokens + steps):
