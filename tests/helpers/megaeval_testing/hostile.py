@@ -18,6 +18,7 @@ instead (slower, same verdicts).
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import json
 import os
@@ -376,16 +377,23 @@ def short_qmsum_rows(split: str, n: int, chars: int = 1500) -> list[dict]:
     return rows
 
 
-def overridden(argv: list[str]) -> list[str]:
-    """`argv` (a command and its options) with each option of one value given once, at its last value: a case
-    appends an option to its base command to replace the base's value, and megaeval refuses one given twice."""
+@functools.cache
+def _commands() -> dict:
+    """megaeval's click commands by name (built once: typer builds them anew, about 20 ms, at each call)."""
     import typer
 
     from megaeval.cli import app
+
+    return typer.main.get_command(app).commands
+
+
+def overridden(argv: list[str]) -> list[str]:
+    """`argv` (a command and its options) with each option of one value given once, at its last value: a case
+    appends an option to its base command to replace the base's value, and megaeval refuses one given twice."""
     from megaeval.cli.options import bare_chat_template
 
     argv = bare_chat_template(argv)
-    command = typer.main.get_command(app).commands.get(argv[0]) if argv else None
+    command = _commands().get(argv[0]) if argv else None
     if command is None:
         return argv
     options = {name: p for p in command.params if p.param_type_name == "option"
