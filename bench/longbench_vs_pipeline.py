@@ -17,7 +17,12 @@ megaeval's side: `megaeval longbench --version 1 --model hf:FOLDER --dtype D --d
     python bench/longbench_vs_pipeline.py --tasks all --dtype float32
     python bench/longbench_vs_pipeline.py --data /data/longbench --tasks hotpotqa,qasper --num-samples 5
 
-Default data: tests/fixtures/longbench/v1/data (2 records a task, real LongBench schema, short contexts).
+Default data: tests/fixtures/longbench/v1/data (2 records a task, real LongBench schema, short contexts). With
+--long-contexts N, each record's context becomes N words of the shipped Austen novels (record k from the k-th novel;
+its question, answers and the rest kept), so that prompts reach --max-length as LongBench's do: the speed of long
+records, not their scores.
+
+    python bench/longbench_vs_pipeline.py --tasks narrativeqa,gov_report --long-contexts 9000
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", default="auto", help="megaeval's --batch-size")
     p.add_argument("--longbench", type=Path, help="a LongBench git directory (default: the local mirror)")
     p.add_argument("--work", type=Path, help="keep everything here (default: a temporary folder)")
+    p.add_argument("--long-contexts", type=int, metavar="WORDS", help="contexts of WORDS words of Austen's novels")
     return p.parse_args()
 
 
@@ -111,6 +117,21 @@ def megaeval_side(args: argparse.Namespace, folder: Path, work: Path, tasks: lis
     return time.perf_counter() - start
 
 
+def long_records(source: Path, target: Path, tasks: list[str], words: int) -> Path:
+    """Copies of the tasks' records in `target`, each context replaced by `words` words of one Austen novel."""
+    novels = sorted((REPO / "data_prep" / "corpora" / "austen").glob("*.txt"))
+    target.mkdir(parents=True, exist_ok=True)
+    for task in tasks:
+        rows = [json.loads(x) for x in (source / f"{task}.jsonl").read_text("utf-8").splitlines() if x.strip()]
+        for k, row in enumerate(rows):
+            text = novels[k % len(novels)].read_text(encoding="utf-8").split()
+            if len(text) < words:
+                raise SystemExit(f"{novels[k % len(novels)].name} holds {len(text):,} words; ask for fewer")
+            row.update(context=" ".join(text[:words]), length=words)
+        (target / f"{task}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+    return target
+
+
 def predictions(work: Path, tasks: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """LongBench's and megaeval's predictions, task by task in the data's order."""
     files = {task: work / "official" / f"{task}.jsonl" for task in tasks}
@@ -127,6 +148,8 @@ def main() -> None:
     work = work_folder(args.work, "longbench-vs-pipeline-")
     present = [t for t in V1_TASKS if (args.data / f"{t}.jsonl").is_file()]
     tasks = present if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if args.long_contexts:
+        args.data = long_records(args.data, work / "data", tasks, args.long_contexts)
     print(f"{len(tasks)} tasks of {args.data}, {args.dtype}, max_length {args.max_length}, one thread; in {work}")
     theirs = official_side(args, folder, work, tasks)
     print(f"  LongBench pred.py: {theirs:,.1f} s", flush=True)
