@@ -21,7 +21,11 @@ from megaeval_testing import REPO
 
 pytestmark = pytest.mark.integration
 
-fastchat = pytest.importorskip("fastchat.llm_judge.common")  # MEGAEVAL_REQUIRE_OPTIONAL=1: a failure instead
+
+@pytest.fixture(scope="module")
+def fastchat():
+    """FastChat's llm_judge.common, imported when a test asks for it (about 8 s: not at every collection)."""
+    return pytest.importorskip("fastchat.llm_judge.common")  # MEGAEVAL_REQUIRE_OPTIONAL=1: a failure instead
 
 
 class Recorder:
@@ -35,7 +39,7 @@ class Recorder:
         return self.reply
 
 
-def fastchat_judges(prompts_file) -> dict:
+def fastchat_judges(fastchat, prompts_file) -> dict:
     prompts = fastchat.load_judge_prompts(str(prompts_file))
     return {"single-v1": fastchat.Judge("gpt-4", prompts["single-v1"]),
             "single-math-v1": fastchat.Judge("gpt-4", prompts["single-math-v1"], ref_based=True),
@@ -44,7 +48,7 @@ def fastchat_judges(prompts_file) -> dict:
                                                         multi_turn=True)}  # fmt: skip
 
 
-def test_every_judge_prompt_megaeval_sends_is_the_one_fastchat_builds(monkeypatch, tmp_path):
+def test_every_judge_prompt_megaeval_sends_is_the_one_fastchat_builds(fastchat, monkeypatch, tmp_path):
     """All 160 judgments of MT-Bench (80 questions, two turns) of a model whose answers hold braces and quotes."""
     data = builtin_data()
     questions = load_questions(data / "question.jsonl")
@@ -59,11 +63,11 @@ def test_every_judge_prompt_megaeval_sends_is_the_one_fastchat_builds(monkeypatc
     reference = load_answers(data / "reference_answer" / "gpt-4.jsonl", "reference answer file")
     ours = load_judge_prompts()
     matches = make_matches(questions, [answers], reference)
-    assert len(matches) == 160 and {m.prompt for m in matches} == set(fastchat_judges(data / "judge_prompts.jsonl"))
+    judges = fastchat_judges(fastchat, data / "judge_prompts.jsonl")
+    assert len(matches) == 160 and {m.prompt for m in matches} == set(judges)
 
     recorder = Recorder()
     monkeypatch.setattr(fastchat, "chat_completion_openai", recorder)
-    judges = fastchat_judges(data / "judge_prompts.jsonl")
     their_answers = {json.loads(x)["question_id"]: json.loads(x) for x in answer_file.read_text().splitlines()}
     refs = fastchat.load_model_answers(str(data / "reference_answer"))["gpt-4"]
     for m in matches:
@@ -82,9 +86,9 @@ REPLIES = ["Rating: [[8]]", "[[7.5]] then [[2]]", "Rating: [9]", "[3] then [[8]]
 
 
 @pytest.mark.parametrize("reply", REPLIES)
-def test_a_rating_is_read_as_fastchats_own_code_reads_it(monkeypatch, reply):
+def test_a_rating_is_read_as_fastchats_own_code_reads_it(fastchat, monkeypatch, reply):
     monkeypatch.setattr(fastchat, "chat_completion_openai", Recorder(reply))
-    judge = fastchat_judges(builtin_data() / "judge_prompts.jsonl")["single-v1"]
+    judge = fastchat_judges(fastchat, builtin_data() / "judge_prompts.jsonl")["single-v1"]
     question = {"question_id": 1, "category": "writing", "turns": ["q"]}
     theirs, _, _ = fastchat.run_judge_single(question, {"choices": [{"turns": ["a"]}]}, judge, None)
     ours = rating(reply)
@@ -110,6 +114,7 @@ def show_result(path) -> dict[str, dict[int | str, float]]:
     return tables
 
 
+@pytest.mark.usefixtures("fastchat")  # show_result.py is FastChat's
 def test_judgments_print_show_results_numbers(tmp_path):
     """Two judgment files (FastChat's format, three models, unrated replies, decimals, a repeated judgment as a rerun
     of gen_judgment.py appends): `megaeval mtbench --judgments` equals show_result.py on their concatenation."""
