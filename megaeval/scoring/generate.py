@@ -166,7 +166,7 @@ def read_rate(lm: StreamingLM, tokens: int, steps: int = 4, rows: int = 1) -> tu
     _, state = read(lm, ids[:tokens], lm.init_state(1), logits=False)
     state.nbytes()
     read_seconds = synced() - start
-    rows = rows if rows > 1 and not isinstance(lm, GroupLM) and can_stack(state) else 1  # as decode_rows stacks
+    rows = rows_per_batch(lm, rows, tokens)  # 1 where decode_rows cannot stack rows
     state = state.repeat(rows) if rows > 1 else state
     start = synced()
     for i in range(tokens, tokens + steps):
