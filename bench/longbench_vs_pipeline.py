@@ -28,6 +28,7 @@ records, not their scores.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -120,14 +121,19 @@ def megaeval_side(args: argparse.Namespace, folder: Path, work: Path, tasks: lis
 def long_records(source: Path, target: Path, tasks: list[str], words: int) -> Path:
     """Copies of the tasks' records in `target`, each context replaced by `words` words of one Austen novel."""
     novels = sorted((REPO / "data_prep" / "corpora" / "austen").glob("*.txt"))
+
+    @functools.cache
+    def context(k: int) -> str:  # each novel read once, and only if a record takes it
+        text = novels[k].read_text(encoding="utf-8").split()
+        if len(text) < words:
+            raise SystemExit(f"{novels[k].name} holds {len(text):,} words; ask for fewer")
+        return " ".join(text[:words])
+
     target.mkdir(parents=True, exist_ok=True)
     for task in tasks:
         rows = [json.loads(x) for x in (source / f"{task}.jsonl").read_text("utf-8").splitlines() if x.strip()]
         for k, row in enumerate(rows):
-            text = novels[k % len(novels)].read_text(encoding="utf-8").split()
-            if len(text) < words:
-                raise SystemExit(f"{novels[k % len(novels)].name} holds {len(text):,} words; ask for fewer")
-            row.update(context=" ".join(text[:words]), length=words)
+            row.update(context=context(k % len(novels)), length=words)
         (target / f"{task}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
     return target
 
